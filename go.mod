@@ -1,0 +1,3 @@
+module github.com/sandstep/sandstep
+
+go 1.26
