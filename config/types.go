@@ -1,0 +1,83 @@
+// Package config loads and validates config.toml.
+//
+// Decoding is strict: an unknown key is an error naming the key and its line,
+// and every problem in a file is reported at once. Secrets are never written in
+// the file; keys ending in "_env" name the environment variable that holds one.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Duration is a time.Duration written as a Go duration string ("30s", "5m")
+// in TOML and JSON.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("invalid duration %q (want a number with a unit, e.g. \"30s\" or \"5m\")", string(b))
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// LocalSettings is [provider.local]: the bubblewrap provider on this machine.
+// The plugin decodes the same struct from the JSON the host sends it.
+type LocalSettings struct {
+	// StateDir holds sandbox roots, volumes, snapshots and the provider's
+	// state; relative paths are resolved against the config file's folder.
+	StateDir string `toml:"state_dir" json:"state_dir"`
+	// ROPaths are host paths bound read-only into every sandbox; nothing
+	// else of the host is visible. Symlinks (as /bin on merged-/usr systems)
+	// are recreated as symlinks.
+	ROPaths []string `toml:"ro_paths" json:"ro_paths"`
+	// UIDRangeStart and UIDRangeSize give each sandbox its own host uid when
+	// the plugin runs as root, so process limits and file ownership are per
+	// sandbox. Without root, sandboxes run as the plugin's own uid.
+	UIDRangeStart int `toml:"uid_range_start" json:"uid_range_start"`
+	UIDRangeSize  int `toml:"uid_range_size" json:"uid_range_size"`
+	// Resource limits applied to every process in a sandbox (setrlimit).
+	MaxProcesses      int `toml:"max_processes" json:"max_processes"`
+	MaxFileSizeMB     int `toml:"max_file_size_mb" json:"max_file_size_mb"`
+	MaxCPUSeconds     int `toml:"max_cpu_seconds" json:"max_cpu_seconds"`
+	MaxAddressSpaceMB int `toml:"max_address_space_mb" json:"max_address_space_mb"`
+	MaxOpenFiles      int `toml:"max_open_files" json:"max_open_files"`
+	// BwrapPath is the bubblewrap binary ("" = look up "bwrap" in PATH).
+	BwrapPath string `toml:"bwrap_path" json:"bwrap_path"`
+}
+
+// SandySettings is [provider.sandy]: the Sandy sandbox service over HTTP.
+type SandySettings struct {
+	BaseURL        string   `toml:"base_url" json:"base_url"`
+	APIKeyEnv      string   `toml:"api_key_env" json:"api_key_env"`
+	Priority       int      `toml:"priority" json:"priority"`
+	Preemptable    bool     `toml:"preemptable" json:"preemptable"`
+	Flavor         string   `toml:"flavor" json:"flavor"`
+	Upstream       string   `toml:"upstream" json:"upstream"`
+	RequestTimeout Duration `toml:"request_timeout" json:"request_timeout"`
+	MaxRetries     int      `toml:"max_retries" json:"max_retries"`
+	RetryBaseDelay Duration `toml:"retry_base_delay" json:"retry_base_delay"`
+}
+
+// Decode decodes a provider's settings JSON (as sent by the host in
+// Configure) into v, rejecting unknown fields.
+func Decode(settings []byte, v any) error {
+	if len(settings) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytesReader(settings))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
