@@ -6,6 +6,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -77,7 +78,7 @@ func Decode(settings []byte, v any) error {
 	if len(settings) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytesReader(settings))
+	dec := json.NewDecoder(bytes.NewReader(settings))
 	dec.DisallowUnknownFields()
 	return dec.Decode(v)
 }
