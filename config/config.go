@@ -1,0 +1,215 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/sandstep/sandstep/providers"
+)
+
+// EnvPath is the environment variable that names the config file when no
+// path is given explicitly (for example by a -config flag).
+const EnvPath = "SANDSTEP_CONFIG"
+
+// DefaultPath returns $SANDSTEP_CONFIG, or "config.toml" in the working
+// directory when it is unset.
+func DefaultPath() string {
+	if p := os.Getenv(EnvPath); p != "" {
+		return p
+	}
+	return "config.toml"
+}
+
+// Config is a loaded, validated config.toml. Paths in it are absolute.
+type Config struct {
+	// File names the file in problems, as it was given.
+	File string
+	// Dir is the absolute folder relative paths are resolved against: the
+	// config file's own folder, so a config works from any working directory.
+	Dir string
+
+	Server   ServerConfig   `toml:"server"`
+	Provider ProviderConfig `toml:"provider"`
+	Sandbox  SandboxConfig  `toml:"sandbox"`
+
+	// thirdParty holds the [provider.<name>] tables of plugins this package
+	// does not know, as JSON, passed to them unvalidated.
+	thirdParty map[string]json.RawMessage
+	// lines keeps the key lines so that problems found after loading (a
+	// missing secret) still point at the file.
+	lines map[string]int
+}
+
+// section is one top-level table of config.toml. Adding a table means a
+// struct with toml tags, a field on Config, an entry in sections, and these
+// two methods.
+type section interface {
+	// setDefaults sets the documented defaults before the file is decoded
+	// over them.
+	setDefaults()
+	// check validates the decoded values, resolves relative paths against
+	// c.Dir, and reports every problem to r.
+	check(c *Config, r *report)
+}
+
+// sections lists the tables in the order they are checked: a table may
+// depend on one checked before it (provider.local.state_dir defaults to a
+// folder of server.data_dir).
+func (c *Config) sections() []section {
+	return []section{&c.Server, &c.Provider, &c.Sandbox}
+}
+
+// Load reads and validates the config file at path; an empty path means
+// DefaultPath(). Problems in the file come back as one *Error.
+func Load(path string) (*Config, error) {
+	if path == "" {
+		path = DefaultPath()
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path, filepath.Dir(path))
+}
+
+// Parse validates a config held in memory. name is used in problems; dir is
+// the folder relative paths are resolved against.
+func Parse(data []byte, name, dir string) (*Config, error) {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("config: resolving %s: %w", dir, err)
+	}
+	c := &Config{File: name, Dir: absDir}
+	for _, s := range c.sections() {
+		s.setDefaults()
+	}
+	r := &report{file: name, lines: make(map[string]int)}
+	values := parse(data, r)
+	if values == nil {
+		return nil, r.err()
+	}
+	c.lines = r.lines
+	c.thirdParty = takeThirdParty(values, r)
+	r.decodeTable("", values, reflect.ValueOf(c).Elem())
+	for _, s := range c.sections() {
+		s.check(c, r)
+	}
+	if err := r.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// takeThirdParty removes from values the [provider.<name>] tables of
+// plugins the Provider struct does not describe, checks them for secrets
+// and returns them as JSON.
+func takeThirdParty(values map[string]any, r *report) map[string]json.RawMessage {
+	prov, ok := values["provider"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	known := tomlFields(reflect.TypeFor[ProviderConfig]())
+	out := make(map[string]json.RawMessage)
+	for _, name := range slices.Sorted(maps.Keys(prov)) {
+		table, isTable := prov[name].(map[string]any)
+		if _, k := known[name]; k || !isTable {
+			continue
+		}
+		delete(prov, name)
+		key := join("provider", name)
+		r.checkPassThrough(key, table)
+		b, err := json.Marshal(table)
+		if err != nil {
+			r.add(key, "%s: cannot be passed to the plugin as JSON: %v", key, err)
+			continue
+		}
+		out[name] = b
+	}
+	return out
+}
+
+// ProviderSettings returns the [provider.<name>] table as the JSON the
+// plugin receives in Configure: for local and sandy the typed settings with
+// defaults filled in; for any other plugin its table as written ("{}" when
+// there is none).
+func (c *Config) ProviderSettings(name string) ([]byte, error) {
+	var v any
+	switch name {
+	case "local":
+		v = c.Provider.Local
+	case "sandy":
+		v = c.Provider.Sandy
+	default:
+		if raw, ok := c.thirdParty[name]; ok {
+			return slices.Clone(raw), nil
+		}
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("config: encoding provider.%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// ProviderSecrets resolves every "<secret>_env" key of the provider's table
+// through getenv (os.Getenv when nil) and returns them by secret name:
+// api_key_env = "SANDY_API_KEY" gives secrets["api_key"]. A variable that
+// is named must be set and non-empty; every one that is not is reported in
+// one *Error naming the variable, never a value.
+func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[string]string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	settings, err := c.ProviderSettings(name)
+	if err != nil {
+		return nil, err
+	}
+	var table map[string]any
+	if err := json.Unmarshal(settings, &table); err != nil {
+		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
+	}
+	r := &report{file: c.File, lines: c.lines}
+	secrets := make(map[string]string)
+	for _, k := range slices.Sorted(maps.Keys(table)) {
+		variable, ok := table[k].(string)
+		if !strings.HasSuffix(k, "_env") || !ok || variable == "" {
+			continue
+		}
+		key := join(join("provider", name), k)
+		value := getenv(variable)
+		if value == "" {
+			r.add(key, "%s: environment variable %s is not set or is empty", key, variable)
+			continue
+		}
+		secrets[strings.TrimSuffix(k, "_env")] = value
+	}
+	if err := r.err(); err != nil {
+		return nil, err
+	}
+	return secrets, nil
+}
+
+// SandboxDefaults returns the [sandbox] table as the provider interface
+// takes it.
+func (c *Config) SandboxDefaults() providers.SandboxDefaults {
+	s := c.Sandbox
+	return providers.SandboxDefaults{
+		Lifetime:    s.Lifetime.D(),
+		IdleTimeout: s.IdleTimeout.D(),
+		ExecTimeout: s.ExecTimeout.D(),
+		MemoryMB:    s.MemoryMB,
+		Network:     providers.NetworkPolicy{Mode: s.Network, AllowHosts: slices.Clone(s.AllowHosts)},
+	}
+}
+
+// PluginPath returns where the plugin binary for provider name lives.
+func (c *Config) PluginPath(name string) string {
+	return filepath.Join(c.Provider.PluginDir, "sandstep-provider-"+name)
+}

@@ -1,0 +1,235 @@
+package config
+
+import (
+	"net"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandstep/sandstep/providers"
+)
+
+// resolve makes p absolute against dir.
+func resolve(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}
+
+// ServerConfig is [server]: the local HTTP server and where local state lives.
+type ServerConfig struct {
+	Addr    string `toml:"addr"`
+	DataDir string `toml:"data_dir"`
+}
+
+func (s *ServerConfig) setDefaults() {
+	s.Addr = "127.0.0.1:8080"
+	s.DataDir = ".sandstep"
+}
+
+func (s *ServerConfig) check(c *Config, r *report) {
+	if _, port, err := net.SplitHostPort(s.Addr); err != nil {
+		r.add("server.addr", "server.addr: %q is not host:port (such as \"127.0.0.1:8080\")", s.Addr)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		r.add("server.addr", "server.addr: port %q is not a number from 0 to 65535", port)
+	}
+	if s.DataDir == "" {
+		r.add("server.data_dir", "server.data_dir: must not be empty")
+		return
+	}
+	s.DataDir = resolve(c.Dir, s.DataDir)
+}
+
+// ProviderConfig is [provider]: which sandbox provider plugin runs, and the
+// settings of each. Tables of third-party plugins ([provider.<name>]) are
+// kept aside and handed to their plugin as they are.
+type ProviderConfig struct {
+	// Name selects the plugin: sandstep-provider-<name> in PluginDir.
+	Name      string        `toml:"name"`
+	PluginDir string        `toml:"plugin_dir"`
+	Local     LocalSettings `toml:"local"`
+	Sandy     SandySettings `toml:"sandy"`
+}
+
+func (p *ProviderConfig) setDefaults() {
+	p.Name = "local"
+	p.PluginDir = "bin/plugins"
+	p.Local.setDefaults()
+	p.Sandy.setDefaults()
+}
+
+// pluginName keeps a provider name usable as part of a file name.
+var pluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+func (p *ProviderConfig) check(c *Config, r *report) {
+	if !pluginName.MatchString(p.Name) {
+		r.add("provider.name", "provider.name: %q is not a plugin name (lower-case letters, digits, - and _)", p.Name)
+	}
+	if p.PluginDir == "" {
+		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")
+	} else {
+		p.PluginDir = resolve(c.Dir, p.PluginDir)
+	}
+	p.Local.check(c, r)
+	p.Sandy.check(p.Name == "sandy", r)
+}
+
+func (l *LocalSettings) setDefaults() {
+	// StateDir is left empty: its default lives under server.data_dir,
+	// which is only known once the file is read.
+	l.ROPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}
+	l.UIDRangeStart = 3_000_000_000
+	l.UIDRangeSize = 10_000
+	l.MaxProcesses = 256
+	l.MaxFileSizeMB = 1024
+	l.MaxCPUSeconds = 0
+	l.MaxAddressSpaceMB = 0
+	l.MaxOpenFiles = 1024
+}
+
+// maxUID is the highest uid a sandbox may get: 2^32-1 is (uid_t)-1 and
+// 2^32-2 is reserved by the kernel as the overflow id on some systems.
+const maxUID = 1<<32 - 3
+
+func (l *LocalSettings) check(c *Config, r *report) {
+	const t = "provider.local"
+	if l.StateDir == "" {
+		l.StateDir = filepath.Join(c.Server.DataDir, "local")
+	} else {
+		l.StateDir = resolve(c.Dir, l.StateDir)
+	}
+	for i, p := range l.ROPaths {
+		if !filepath.IsAbs(p) {
+			r.add(index(t+".ro_paths", i), "%s.ro_paths[%d]: %q is not an absolute path", t, i, p)
+		}
+	}
+	switch {
+	case l.UIDRangeSize < 0:
+		r.add(t+".uid_range_size", "%s.uid_range_size: must not be negative", t)
+	case l.UIDRangeSize > 0 && l.UIDRangeStart < 1000:
+		r.add(t+".uid_range_start", "%s.uid_range_start: must be at least 1000, above system and login accounts", t)
+	case l.UIDRangeSize > 0 && l.UIDRangeStart+l.UIDRangeSize-1 > maxUID:
+		r.add(t+".uid_range_size", "%s.uid_range_start + uid_range_size: the range must end at or below %d", t, maxUID)
+	}
+	atLeast(r, t+".max_processes", l.MaxProcesses, 1)
+	atLeast(r, t+".max_file_size_mb", l.MaxFileSizeMB, 1)
+	atLeast(r, t+".max_cpu_seconds", l.MaxCPUSeconds, 0)
+	atLeast(r, t+".max_address_space_mb", l.MaxAddressSpaceMB, 0)
+	atLeast(r, t+".max_open_files", l.MaxOpenFiles, 16)
+	if l.BwrapPath != "" && !filepath.IsAbs(l.BwrapPath) {
+		r.add(t+".bwrap_path", "%s.bwrap_path: %q is not an absolute path (leave it empty to look bwrap up in PATH)", t, l.BwrapPath)
+	}
+}
+
+func (s *SandySettings) setDefaults() {
+	s.APIKeyEnv = "SANDY_API_KEY"
+	s.Priority = 1
+	s.RequestTimeout = Duration(60 * time.Second)
+	s.MaxRetries = 4
+	s.RetryBaseDelay = Duration(500 * time.Millisecond)
+}
+
+// check validates [provider.sandy]; base_url is only required when Sandy is
+// the selected provider. The URL is never echoed: it could carry a token.
+func (s *SandySettings) check(selected bool, r *report) {
+	const t = "provider.sandy"
+	switch {
+	case s.BaseURL == "" && selected:
+		line := r.lines[t]
+		if line == 0 {
+			line = r.line("provider.name")
+		}
+		r.addAt(line, t+".base_url", "%s.base_url is required when provider.name = \"sandy\" (the Sandy controller, such as \"https://sandy.example.com\")", t)
+	case s.BaseURL != "":
+		u, err := url.Parse(s.BaseURL)
+		switch {
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			r.add(t+".base_url", "%s.base_url: must be an http or https URL with a host, such as \"https://sandy.example.com\"", t)
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+			r.add(t+".base_url", "%s.base_url: must not contain credentials, a query or a fragment (name the API key with api_key_env)", t)
+		default:
+			s.BaseURL = strings.TrimRight(s.BaseURL, "/")
+		}
+	}
+	if s.APIKeyEnv == "" {
+		r.add(t+".api_key_env", "%s.api_key_env: must name the environment variable that holds the Sandy API key", t)
+	}
+	if s.Priority < 0 || s.Priority > 3 {
+		r.add(t+".priority", "%s.priority: must be 0 (critical), 1 (high), 2 (normal) or 3 (low), not %d", t, s.Priority)
+	}
+	positive(r, t+".request_timeout", s.RequestTimeout)
+	positive(r, t+".retry_base_delay", s.RetryBaseDelay)
+	if s.MaxRetries < 0 || s.MaxRetries > 20 {
+		r.add(t+".max_retries", "%s.max_retries: must be from 0 to 20, not %d", t, s.MaxRetries)
+	}
+}
+
+// SandboxConfig is [sandbox]: what a sandbox gets when a request does not
+// say otherwise.
+type SandboxConfig struct {
+	Lifetime    Duration              `toml:"lifetime"`
+	IdleTimeout Duration              `toml:"idle_timeout"`
+	ExecTimeout Duration              `toml:"exec_timeout"`
+	MemoryMB    int                   `toml:"memory_mb"`
+	Network     providers.NetworkMode `toml:"network"`
+	AllowHosts  []string              `toml:"allow_hosts"`
+}
+
+func (s *SandboxConfig) setDefaults() {
+	s.Lifetime = Duration(30 * time.Minute)
+	s.IdleTimeout = Duration(10 * time.Minute)
+	s.ExecTimeout = Duration(5 * time.Minute)
+	s.MemoryMB = 1024
+	s.Network = providers.NetworkNone
+}
+
+// allowHost is a host name or IPv4 address, optionally "*." for any
+// subdomain and ":port"; no scheme or path.
+var allowHost = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$`)
+
+func (s *SandboxConfig) check(_ *Config, r *report) {
+	positive(r, "sandbox.lifetime", s.Lifetime)
+	positive(r, "sandbox.exec_timeout", s.ExecTimeout)
+	if s.IdleTimeout < 0 {
+		r.add("sandbox.idle_timeout", "sandbox.idle_timeout: must not be negative (0s means never)")
+	}
+	if s.Lifetime > 0 && s.ExecTimeout > s.Lifetime {
+		r.add("sandbox.exec_timeout", "sandbox.exec_timeout (%s) must not be longer than sandbox.lifetime (%s)", s.ExecTimeout, s.Lifetime)
+	}
+	if s.MemoryMB < 64 || s.MemoryMB > 65536 {
+		r.add("sandbox.memory_mb", "sandbox.memory_mb: must be from 64 to 65536, not %d", s.MemoryMB)
+	}
+	switch s.Network {
+	case providers.NetworkNone, providers.NetworkAll:
+		if len(s.AllowHosts) > 0 {
+			r.add("sandbox.allow_hosts", "sandbox.allow_hosts: only used when sandbox.network = \"allowlist\" (it is %q)", s.Network)
+		}
+	case providers.NetworkAllowlist:
+		if len(s.AllowHosts) == 0 {
+			r.add("sandbox.network", "sandbox.network = \"allowlist\" needs at least one host in sandbox.allow_hosts")
+		}
+	default:
+		r.add("sandbox.network", "sandbox.network: must be \"none\", \"all\" or \"allowlist\", not %q", s.Network)
+	}
+	for i, h := range s.AllowHosts {
+		if !allowHost.MatchString(h) {
+			r.add(index("sandbox.allow_hosts", i), "sandbox.allow_hosts[%d]: %q is not a host name (such as \"pypi.org\" or \"*.github.com\", no scheme or path)", i, h)
+		}
+	}
+}
+
+func positive(r *report, key string, d Duration) {
+	if d <= 0 {
+		r.add(key, "%s: must be longer than zero, not %s", key, d)
+	}
+}
+
+func atLeast(r *report, key string, v, lowest int) {
+	if v < lowest {
+		r.add(key, "%s: must be at least %d, not %d", key, lowest, v)
+	}
+}
