@@ -250,10 +250,15 @@ func (r *report) decodeValue(key string, raw any, rv reflect.Value) {
 			return
 		}
 		s := reflect.MakeSlice(t, len(items), len(items))
+		before := len(r.problems)
 		for i, item := range items {
 			r.decodeValue(index(key, i), item, s.Index(i))
 		}
-		rv.Set(s)
+		// A half-decoded array keeps the default, so that checks do not
+		// report its zero elements a second time.
+		if len(r.problems) == before {
+			rv.Set(s)
+		}
 	case reflect.Struct:
 		m, ok := raw.(map[string]any)
 		if !ok {
@@ -429,14 +434,18 @@ func hint(path, k string, names []string) string {
 }
 
 // closest returns the name nearest to k within a third of k's length in
-// edits, or "" when none is that close.
+// edits, or that starts with k or k with it ("bwrap" for "bwrap_path"); ""
+// when none is that close.
 func closest(k string, names []string) string {
-	best, bestD := "", max(1, len(k)/3)+1
+	best, bestD := "", 1<<30
 	for _, n := range names {
 		if strings.EqualFold(n, k) {
 			return n
 		}
-		if d := editDistance(k, n); d < bestD {
+		d := editDistance(k, n)
+		near := d <= max(1, len(k)/3) ||
+			(min(len(k), len(n)) >= 4 && (strings.HasPrefix(n, k) || strings.HasPrefix(k, n)))
+		if near && d < bestD {
 			best, bestD = n, d
 		}
 	}

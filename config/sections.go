@@ -185,6 +185,7 @@ func (s *SandboxConfig) setDefaults() {
 	s.ExecTimeout = Duration(5 * time.Minute)
 	s.MemoryMB = 1024
 	s.Network = providers.NetworkNone
+	s.AllowHosts = []string{}
 }
 
 // allowHost is a host name or IPv4 address, optionally "*." for any

@@ -1,0 +1,502 @@
+package config_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// problems parses src and returns its problems, failing the test when it
+// loads cleanly.
+func problems(t *testing.T, src string) []config.Problem {
+	t.Helper()
+	_, err := config.Parse([]byte(src), "config.toml", t.TempDir())
+	if err == nil {
+		t.Fatalf("config loaded without problems:\n%s", src)
+	}
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("error is %T, not *config.Error: %v", err, err)
+	}
+	return ce.Problems
+}
+
+// only asserts that src has exactly one problem and returns it as text.
+func only(t *testing.T, src string) string {
+	t.Helper()
+	ps := problems(t, src)
+	if len(ps) != 1 {
+		t.Fatalf("want one problem, got %d:\n%v", len(ps), (&config.Error{Problems: ps}).Error())
+	}
+	return ps[0].String()
+}
+
+func mustParse(t *testing.T, src, dir string) *config.Config {
+	t.Helper()
+	c, err := config.Parse([]byte(src), "config.toml", dir)
+	if err != nil {
+		t.Fatalf("parse:\n%v", err)
+	}
+	return c
+}
+
+func TestTypoNamesKeyLineAndSuggestion(t *testing.T) {
+	got := only(t, `[server]
+addr = "127.0.0.1:9000"
+
+[provider.local]
+max_processes = 10
+max_proces = 12
+`)
+	want := `config.toml:6: unknown key "provider.local.max_proces" (did you mean "max_processes"?)`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestUnknownKeyHints(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"[sever]\naddr = \"x:1\"\n", `config.toml:1: unknown key "sever" (did you mean "server"?)`},
+		{"[server]\nAddr = \"x:1\"\n", `config.toml:2: unknown key "server.Addr" (did you mean "addr"?)`},
+		{"[server]\n\nmemory_mb = 512\n", `config.toml:3: unknown key "server.memory_mb" (did you mean "sandbox.memory_mb"?)`},
+		{"[sandbox]\ncolour = 1\n", `config.toml:2: unknown key "sandbox.colour" (known keys in [sandbox]: allow_hosts, exec_timeout, idle_timeout, lifetime, memory_mb, network)`},
+		// Dotted keys and inline tables get their own lines too.
+		{"# c\n\nsandbox.memry_mb = 100\n", `config.toml:3: unknown key "sandbox.memry_mb" (did you mean "memory_mb"?)`},
+		{"[provider]\nname = \"local\"\nlocal = { max_processes = 3, bwrap = \"/usr/bin/bwrap\" }\n", `config.toml:3: unknown key "provider.local.bwrap" (did you mean "bwrap_path"?)`},
+	} {
+		if got := only(t, tc.src); got != tc.want {
+			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)
+		}
+	}
+}
+
+func TestEveryProblemIsReportedWithItsLine(t *testing.T) {
+	ps := problems(t, `[server]
+addr = "127.0.0.1:8080"
+
+[sandbox]
+lifetime = "30m"
+memory_mb = 16
+network = "internet"
+
+[provider.local]
+max_open_file = 5
+`)
+	got := make([]string, len(ps))
+	for i, p := range ps {
+		got[i] = p.String()
+	}
+	want := []string{
+		`config.toml:6: sandbox.memory_mb: must be from 64 to 65536, not 16`,
+		`config.toml:7: sandbox.network: must be "none", "all" or "allowlist", not "internet"`,
+		`config.toml:10: unknown key "provider.local.max_open_file" (did you mean "max_open_files"?)`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	keys := []string{ps[0].Key, ps[1].Key, ps[2].Key}
+	if !slices.Equal(keys, []string{"sandbox.memory_mb", "sandbox.network", "provider.local.max_open_file"}) {
+		t.Errorf("keys = %q", keys)
+	}
+	var err error = &config.Error{Problems: ps}
+	if lines := strings.Split(err.Error(), "\n"); !slices.Equal(lines, want) {
+		t.Errorf("Error() is not one problem a line:\n%s", err)
+	}
+}
+
+func TestSyntaxErrorReportsItsLine(t *testing.T) {
+	ps := problems(t, `[server]
+addr = "127.0.0.1:8080"
+data_dir = ".sandstep
+
+[sandbox]
+`)
+	if len(ps) != 1 || ps[0].Line != 3 || !strings.Contains(ps[0].Message, "syntax error") {
+		t.Fatalf("got %v", ps)
+	}
+	if got := ps[0].String(); !strings.HasPrefix(got, "config.toml:3: syntax error: ") {
+		t.Errorf("got %s", got)
+	}
+}
+
+func TestWrongTypeMessages(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"[server]\naddr = 8080\n", `config.toml:2: server.addr: must be a string, not an integer`},
+		{"[provider.sandy]\npreemptable = \"yes\"\n", `config.toml:2: provider.sandy.preemptable: must be true or false, not a string`},
+		{"[provider.sandy]\npriority = 1.5\n", `config.toml:2: provider.sandy.priority: must be an integer, not a float`},
+		{"[sandbox]\nallow_hosts = \"pypi.org\"\n", `config.toml:2: sandbox.allow_hosts: must be an array, not a string`},
+		{"[sandbox]\nallow_hosts = [\"a.org\", 3]\n", `config.toml:2: sandbox.allow_hosts[1]: must be a string, not an integer`},
+		{"sandbox = 3\n", `config.toml:1: sandbox: must be a table, not an integer`},
+		{"[sandbox]\nlifetime = 30\n", `config.toml:2: sandbox.lifetime: must be a duration such as "30s" or "5m", not an integer`},
+	} {
+		if got := only(t, tc.src); got != tc.want {
+			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)
+		}
+	}
+}
+
+func TestInvalidValues(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"[sandbox]\nexec_timeout = \"5 minutes\"\n", `config.toml:2: sandbox.exec_timeout: invalid duration "5 minutes" (want a number with a unit, e.g. "30s" or "5m")`},
+		{"[sandbox]\nlifetime = \"-1m\"\nexec_timeout = \"1s\"\n", `config.toml:2: sandbox.lifetime: must be longer than zero, not -1m0s`},
+		{"[provider.sandy]\nrequest_timeout = \"0s\"\n", `config.toml:2: provider.sandy.request_timeout: must be longer than zero, not 0s`},
+		// A default that clashes with a value is reported at its table.
+		{"\n[sandbox]\nlifetime = \"1m\"\n", `config.toml:2: sandbox.exec_timeout (5m0s) must not be longer than sandbox.lifetime (1m0s)`},
+		{"[sandbox]\nnetwork = \"allowlist\"\n", `config.toml:2: sandbox.network = "allowlist" needs at least one host in sandbox.allow_hosts`},
+		{"[sandbox]\nallow_hosts = [\"pypi.org\"]\n", `config.toml:2: sandbox.allow_hosts: only used when sandbox.network = "allowlist" (it is "none")`},
+		{"[sandbox]\nnetwork = \"allowlist\"\nallow_hosts = [\n  \"pypi.org\",\n  \"https://x.org/\",\n]\n", `config.toml:3: sandbox.allow_hosts[1]: "https://x.org/" is not a host name (such as "pypi.org" or "*.github.com", no scheme or path)`},
+		{"[server]\naddr = \"localhost\"\n", `config.toml:2: server.addr: "localhost" is not host:port (such as "127.0.0.1:8080")`},
+		{"[provider]\nname = \"My Plugin\"\n", `config.toml:2: provider.name: "My Plugin" is not a plugin name (lower-case letters, digits, - and _)`},
+		{"[provider.sandy]\npriority = 7\n", `config.toml:2: provider.sandy.priority: must be 0 (critical), 1 (high), 2 (normal) or 3 (low), not 7`},
+		{"[provider.local]\nro_paths = [\"usr\"]\n", `config.toml:2: provider.local.ro_paths[0]: "usr" is not an absolute path`},
+		{"[provider.local]\nuid_range_start = 0\n", `config.toml:2: provider.local.uid_range_start: must be at least 1000, above system and login accounts`},
+		{"[provider.local]\nmax_processes = 0\n", `config.toml:2: provider.local.max_processes: must be at least 1, not 0`},
+	} {
+		if got := only(t, tc.src); got != tc.want {
+			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)
+		}
+	}
+}
+
+func TestLinesOfMultiLineValues(t *testing.T) {
+	// The parser's position for a multi-line string is where it ends; the
+	// problem must point where the key is.
+	got := only(t, `[provider.sandy]
+flavor = """
+agent-ready
+"""
+upstream = '''
+x'''
+base_url = """
+ftp://x"""
+`)
+	want := `config.toml:7: provider.sandy.base_url: must be an http or https URL with a host, such as "https://sandy.example.com"`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestSandyNeedsBaseURL(t *testing.T) {
+	got := only(t, "[provider]\nname = \"sandy\"\n")
+	want := `config.toml:2: provider.sandy.base_url is required when provider.name = "sandy" (the Sandy controller, such as "https://sandy.example.com")`
+	if got != want {
+		t.Errorf("got  %s\nwant %s", got, want)
+	}
+	// With a [provider.sandy] table, the problem points there.
+	ps := problems(t, "[provider]\nname = \"sandy\"\n\n[provider.sandy]\npriority = 2\n")
+	if len(ps) != 1 || ps[0].Key != "provider.sandy.base_url" || ps[0].Line != 4 {
+		t.Errorf("got %v", ps)
+	}
+	// Not selected: no base_url needed.
+	mustParse(t, "[provider]\nname = \"local\"\n[provider.sandy]\npriority = 2\n", t.TempDir())
+
+	c := mustParse(t, "[provider]\nname = \"sandy\"\n[provider.sandy]\nbase_url = \"https://sandy.example.com/\"\n", t.TempDir())
+	if c.Provider.Sandy.BaseURL != "https://sandy.example.com" {
+		t.Errorf("base_url = %q, want the trailing slash stripped", c.Provider.Sandy.BaseURL)
+	}
+}
+
+func TestSecretsAreNeverWrittenInTheFile(t *testing.T) {
+	const value = "sk-live-0123456789"
+	ps := problems(t, `[provider.sandy]
+api_key = "`+value+`"
+[provider.acme]
+region = "eu"
+auth_token = "`+value+`"
+[provider.acme.db]
+password = "`+value+`"
+`)
+	var keys []string
+	for _, p := range ps {
+		keys = append(keys, p.Key)
+		if strings.Contains(p.String(), value) {
+			t.Errorf("problem echoes the secret: %s", p)
+		}
+		if !strings.Contains(p.Message, "_env = ") {
+			t.Errorf("problem does not say how to name the variable: %s", p)
+		}
+	}
+	if want := []string{"provider.sandy.api_key", "provider.acme.auth_token", "provider.acme.db.password"}; !slices.Equal(keys, want) {
+		t.Errorf("keys = %q, want %q", keys, want)
+	}
+
+	// A secret pasted where its variable's name belongs is refused, unseen.
+	for _, src := range []string{
+		"[provider.sandy]\napi_key_env = \"" + value + "\"\n",
+		"[provider.acme]\ntoken_env = \"" + value + "\"\n",
+	} {
+		got := only(t, src)
+		if strings.Contains(got, value) || !strings.Contains(got, "must be the name of an environment variable") {
+			t.Errorf("got %s", got)
+		}
+	}
+}
+
+func TestThirdPartyProviderTablePassesThrough(t *testing.T) {
+	c := mustParse(t, `[provider]
+name = "acme"
+
+[provider.acme]
+endpoint = "https://acme.example"
+zones = ["a", "b"]
+weight = 0.5
+token_env = "ACME_TOKEN"
+
+[provider.acme.limits]
+cpus = 4
+`, t.TempDir())
+	got, err := c.ProviderSettings("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(got, &v); err != nil {
+		t.Fatalf("%s: %v", got, err)
+	}
+	want := map[string]any{
+		"endpoint":  "https://acme.example",
+		"zones":     []any{"a", "b"},
+		"weight":    0.5,
+		"token_env": "ACME_TOKEN",
+		"limits":    map[string]any{"cpus": float64(4)},
+	}
+	if !reflect.DeepEqual(v, want) {
+		t.Errorf("settings = %s", got)
+	}
+	if p := c.PluginPath("acme"); p != filepath.Join(c.Dir, "bin", "plugins", "sandstep-provider-acme") {
+		t.Errorf("PluginPath = %s", p)
+	}
+	// A plugin with no table gets an empty object.
+	if got, _ := c.ProviderSettings("other"); string(got) != "{}" {
+		t.Errorf("settings without a table = %s", got)
+	}
+	// A non-table key in [provider] is still an unknown key.
+	if got := only(t, "[provider]\nnmae = \"x\"\n"); got != `config.toml:2: unknown key "provider.nmae" (did you mean "name"?)` {
+		t.Errorf("got %s", got)
+	}
+}
+
+func TestArrayOfTablesGivesNoWrongLine(t *testing.T) {
+	// The parser keeps one position per key path, so the line of a key in
+	// the first of two [[tables]] is unknown: the problem names the element
+	// instead of pointing at the wrong one.
+	ps := problems(t, `[provider.acme]
+[[provider.acme.pools]]
+password = "x"
+[[provider.acme.pools]]
+size = 2
+`)
+	if len(ps) != 1 || ps[0].Key != "provider.acme.pools[0].password" || ps[0].Line != 0 {
+		t.Errorf("got %+v", ps)
+	}
+	ps = problems(t, "[provider.acme]\n[[provider.acme.pools]]\n\npassword = \"x\"\n")
+	if len(ps) != 1 || ps[0].Key != "provider.acme.pools[0].password" || ps[0].Line != 4 {
+		t.Errorf("got %+v", ps)
+	}
+}
+
+func TestProviderSecrets(t *testing.T) {
+	c := mustParse(t, `[provider]
+name = "sandy"
+[provider.sandy]
+base_url = "https://sandy.example.com"
+api_key_env = "MY_SANDY_KEY"
+[provider.acme]
+token_env = "ACME_TOKEN"
+signing_key_env = "ACME_SIGNING_KEY"
+unused_env = ""
+`, t.TempDir())
+	const sandyKey, acmeToken = "sandy-secret-1", "acme-secret-2"
+	env := map[string]string{"MY_SANDY_KEY": sandyKey, "ACME_TOKEN": acmeToken}
+	getenv := func(k string) string { return env[k] }
+
+	got, err := c.ProviderSecrets("sandy", getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, map[string]string{"api_key": sandyKey}) {
+		t.Errorf("sandy secrets = %v", got)
+	}
+
+	_, err = c.ProviderSecrets("acme", getenv)
+	var ce *config.Error
+	if !errors.As(err, &ce) || len(ce.Problems) != 1 {
+		t.Fatalf("err = %v", err)
+	}
+	want := `config.toml:8: provider.acme.signing_key_env: environment variable ACME_SIGNING_KEY is not set or is empty`
+	if ce.Problems[0].String() != want {
+		t.Errorf("got  %s\nwant %s", ce.Problems[0], want)
+	}
+	if strings.Contains(err.Error(), acmeToken) || strings.Contains(err.Error(), sandyKey) {
+		t.Errorf("error shows a secret: %v", err)
+	}
+
+	env["ACME_SIGNING_KEY"] = "k"
+	got, err = c.ProviderSecrets("acme", getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, map[string]string{"token": acmeToken, "signing_key": "k"}) {
+		t.Errorf("acme secrets = %v", got)
+	}
+
+	// Sandy's key is required even when the file does not mention it: the
+	// default variable is named, at the [provider.sandy] table.
+	c = mustParse(t, "[provider]\nname = \"sandy\"\n[provider.sandy]\nbase_url = \"http://127.0.0.1:1\"\n", t.TempDir())
+	_, err = c.ProviderSecrets("sandy", func(string) string { return "" })
+	if err == nil || err.Error() != `config.toml:3: provider.sandy.api_key_env: environment variable SANDY_API_KEY is not set or is empty` {
+		t.Errorf("err = %v", err)
+	}
+	// The local provider has no secrets.
+	if got, err := c.ProviderSecrets("local", getenv); err != nil || len(got) != 0 {
+		t.Errorf("local secrets = %v, %v", got, err)
+	}
+}
+
+func TestRelativePathsResolveAgainstTheConfigFolder(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "etc", "sandstep.toml")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(src string) {
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("[server]\ndata_dir = \"../var\"\n[provider]\nplugin_dir = \"plugins\"\n")
+	// From another working directory, to show it does not matter.
+	t.Chdir(t.TempDir())
+	c, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etc := filepath.Join(dir, "etc")
+	for _, tc := range []struct{ name, got, want string }{
+		{"Dir", c.Dir, etc},
+		{"data_dir", c.Server.DataDir, filepath.Join(dir, "var")},
+		{"plugin_dir", c.Provider.PluginDir, filepath.Join(etc, "plugins")},
+		{"state_dir (default)", c.Provider.Local.StateDir, filepath.Join(dir, "var", "local")},
+		{"PluginPath", c.PluginPath("local"), filepath.Join(etc, "plugins", "sandstep-provider-local")},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %s, want %s", tc.name, tc.got, tc.want)
+		}
+	}
+
+	write("[provider.local]\nstate_dir = \"state\"\n[server]\ndata_dir = \"/srv/sandstep\"\n")
+	c, err = config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Provider.Local.StateDir != filepath.Join(etc, "state") || c.Server.DataDir != "/srv/sandstep" {
+		t.Errorf("state_dir = %s, data_dir = %s", c.Provider.Local.StateDir, c.Server.DataDir)
+	}
+	// The plugin gets the resolved path.
+	settings, err := c.ProviderSettings("local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var local config.LocalSettings
+	if err := config.Decode(settings, &local); err != nil {
+		t.Fatal(err)
+	}
+	if local.StateDir != filepath.Join(etc, "state") || local.MaxProcesses != 256 {
+		t.Errorf("plugin settings = %+v", local)
+	}
+}
+
+func TestLoadUsesSandstepConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(path, []byte("[server]\naddr = \"127.0.0.1:9999\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(config.EnvPath, path)
+	c, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Addr != "127.0.0.1:9999" || c.File != path {
+		t.Errorf("loaded %s with addr %s", c.File, c.Server.Addr)
+	}
+	// Problems name the file as given.
+	if err := os.WriteFile(path, []byte("[server]\nport = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Load(""); err == nil || !strings.HasPrefix(err.Error(), path+":2: ") {
+		t.Errorf("err = %v", err)
+	}
+	t.Setenv(config.EnvPath, filepath.Join(t.TempDir(), "missing.toml"))
+	if _, err := config.Load(""); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v", err)
+	}
+}
+
+func TestSandboxDefaults(t *testing.T) {
+	c := mustParse(t, "[sandbox]\nlifetime = \"1h\"\nidle_timeout = \"0s\"\nnetwork = \"allowlist\"\nallow_hosts = [\"pypi.org\", \"*.github.com:443\"]\n", t.TempDir())
+	want := providers.SandboxDefaults{
+		Lifetime:    time.Hour,
+		IdleTimeout: 0,
+		ExecTimeout: 5 * time.Minute,
+		MemoryMB:    1024,
+		Network:     providers.NetworkPolicy{Mode: providers.NetworkAllowlist, AllowHosts: []string{"pypi.org", "*.github.com:443"}},
+	}
+	if got := c.SandboxDefaults(); !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestEmptyFileGetsDefaults(t *testing.T) {
+	c := mustParse(t, "", t.TempDir())
+	if c.Provider.Name != "local" || c.Server.Addr != "127.0.0.1:8080" || c.Provider.Sandy.Priority != 1 ||
+		c.Provider.Sandy.RetryBaseDelay.D() != 500*time.Millisecond || c.Sandbox.Network != providers.NetworkNone {
+		t.Errorf("defaults = %+v", c)
+	}
+	settings, err := c.ProviderSettings("sandy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sandy config.SandySettings
+	if err := config.Decode(settings, &sandy); err != nil {
+		t.Fatal(err)
+	}
+	if sandy != c.Provider.Sandy {
+		t.Errorf("sandy settings round trip: %+v != %+v", sandy, c.Provider.Sandy)
+	}
+}
+
+func TestShippedConfigLoads(t *testing.T) {
+	c, err := config.Load(filepath.Join("..", "config.toml"))
+	if err != nil {
+		t.Fatalf("the shipped config.toml has problems:\n%v", err)
+	}
+	// It documents the defaults: loading it or nothing gives the same.
+	empty := mustParse(t, "", c.Dir)
+	c.File, empty.File = "", ""
+	if !reflect.DeepEqual(c.Server, empty.Server) || !reflect.DeepEqual(c.Provider, empty.Provider) || !reflect.DeepEqual(c.Sandbox, empty.Sandbox) {
+		t.Errorf("config.toml differs from the defaults:\n%+v\n%+v", c, empty)
+	}
+}
+
+// The plugins decode the JSON the host encodes from these structs, and the
+// docs speak of TOML keys: the two names must be the same.
+func TestJSONTagsMatchTOMLKeys(t *testing.T) {
+	for _, v := range []any{config.LocalSettings{}, config.SandySettings{}} {
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			f := rt.Field(i)
+			if f.Tag.Get("toml") == "" || f.Tag.Get("toml") != f.Tag.Get("json") {
+				t.Errorf("%s.%s: toml %q, json %q", rt.Name(), f.Name, f.Tag.Get("toml"), f.Tag.Get("json"))
+			}
+		}
+	}
+}
