@@ -1,0 +1,55 @@
+package conformance
+
+import "github.com/sandstep/sandstep/providers"
+
+// Cases returns every case of the suite, in the order RunAll runs them.
+// Names are stable: the command line and Options.Only/Skip use them.
+func Cases() []Case {
+	return []Case{
+		{Name: "info", Run: caseInfo},
+		{Name: "lifecycle", Run: caseLifecycle},
+		{Name: "list-by-labels", Requires: func(c providers.Capabilities) bool { return c.ListByLabels }, Run: caseListByLabels},
+		{Name: "name-unique", Requires: func(c providers.Capabilities) bool { return c.NamedSandboxes }, Run: caseNameUnique},
+		{Name: "create-invalid", Run: caseCreateInvalid},
+		{Name: "terminate-twice", Run: caseTerminateTwice},
+		{Name: "after-terminate", Run: caseAfterTerminate},
+		{Name: "unknown-ids", Run: caseUnknownIDs},
+		{Name: "unsupported", Run: caseUnsupported},
+
+		{Name: "exec-exit-codes", Run: caseExecExitCodes},
+		{Name: "exec-stdout-stderr", Run: caseExecStdoutStderr},
+		{Name: "exec-env", Run: caseExecEnv},
+		{Name: "exec-cwd", Run: caseExecCwd},
+		{Name: "exec-stdin", Run: caseExecStdin},
+		{Name: "exec-argv-shell", Run: caseExecArgvShell},
+		{Name: "exec-large-output", Run: caseExecLargeOutput},
+		{Name: "exec-timeout-kills-tree", Run: caseExecTimeout},
+		{Name: "exec-cancel", Run: caseExecCancel},
+		{Name: "exec-streaming", Requires: func(c providers.Capabilities) bool { return c.ExecStreaming }, Run: caseExecStreaming},
+
+		{Name: "files-round-trip", Run: caseFilesRoundTrip},
+		{Name: "files-offset-limit", Run: caseFilesOffsetLimit},
+		{Name: "files-not-found", Requires: hasFileAPI, Run: caseFilesNotFound},
+		{Name: "files-invalid-path", Requires: hasFileAPI, Run: caseFilesInvalidPath},
+		{Name: "files-wrong-type", Requires: hasFileAPI, Run: caseFilesWrongType},
+		{Name: "files-failed-write", Requires: hasFileAPI, Run: caseFilesFailedWrite},
+		{Name: "files-list", Requires: hasFileAPI, Run: caseFilesList},
+		{Name: "files-50mb", Heavy: true, Run: caseFilesLarge},
+
+		{Name: "volumes-lifecycle", Requires: hasVolumes, Run: caseVolumesLifecycle},
+		{Name: "volumes-persist", Requires: hasVolumes, Run: caseVolumesPersist},
+		{Name: "volumes-delete-mounted", Requires: hasVolumes, Run: caseVolumesDeleteMounted},
+
+		{Name: "snapshots", Requires: hasSnapshots, Run: caseSnapshots},
+		{Name: "snapshot-failed-setup", Requires: hasSnapshots, Run: caseSnapshotFailedSetup},
+
+		{Name: "network-none", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkNone) }, Run: caseNetworkNone},
+		{Name: "network-allowlist", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkAllowlist) }, Run: caseNetworkAllowlist},
+
+		{Name: "concurrency-20", Heavy: true, Run: caseConcurrency},
+	}
+}
+
+func hasFileAPI(c providers.Capabilities) bool   { return c.FileAPI }
+func hasVolumes(c providers.Capabilities) bool   { return c.Volumes }
+func hasSnapshots(c providers.Capabilities) bool { return c.Snapshots }
