@@ -500,3 +500,14 @@ func TestJSONTagsMatchTOMLKeys(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLoadShipped measures what a Lambda cold start pays to load the
+// configuration.
+func BenchmarkLoadShipped(b *testing.B) {
+	path := filepath.Join("..", "config.toml")
+	for b.Loop() {
+		if _, err := config.Load(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

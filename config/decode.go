@@ -30,7 +30,7 @@ func parse(data []byte, r *report) map[string]any {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			r.addAt(pe.Position.Line, pe.LastKey, "syntax error: %s", pe.Message)
+			r.addAt(pe.Position.Line, "", "syntax error: %s", pe.Message)
 		} else {
 			r.addAt(0, "", "%v", err)
 		}
@@ -282,10 +282,6 @@ func (r *report) decodeValue(key string, raw any, rv reflect.Value) {
 			ev := reflect.New(t.Elem()).Elem()
 			r.decodeValue(join(key, k), m[k], ev)
 			rv.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
-		}
-	case reflect.Interface:
-		if raw != nil {
-			rv.Set(reflect.ValueOf(raw))
 		}
 	default:
 		// A field type the schema should never use; tests load every section.

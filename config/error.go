@@ -15,7 +15,7 @@ type Problem struct {
 	// when that is not in the file either.
 	Line int
 	// Key is the dotted key path ("provider.local.max_processes"); "" for a
-	// syntax error the parser could not tie to a key.
+	// syntax error.
 	Key string
 	// Message is a full sentence that names the key where there is one. It
 	// never contains a secret's value.

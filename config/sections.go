@@ -82,7 +82,7 @@ func (l *LocalSettings) setDefaults() {
 	// StateDir is left empty: its default lives under server.data_dir,
 	// which is only known once the file is read.
 	l.ROPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}
-	l.UIDRangeStart = 3_000_000_000
+	l.UIDRangeStart = 2_000_000_000
 	l.UIDRangeSize = 10_000
 	l.MaxProcesses = 256
 	l.MaxFileSizeMB = 1024
@@ -91,9 +91,8 @@ func (l *LocalSettings) setDefaults() {
 	l.MaxOpenFiles = 1024
 }
 
-// maxUID is the highest uid a sandbox may get: 2^32-1 is (uid_t)-1 and
-// 2^32-2 is reserved by the kernel as the overflow id on some systems.
-const maxUID = 1<<32 - 3
+// maxUID is the highest uid a sandbox may get: (uid_t)-1 is not a uid.
+const maxUID int64 = 1<<32 - 2
 
 func (l *LocalSettings) check(c *Config, r *report) {
 	const t = "provider.local"
@@ -112,7 +111,7 @@ func (l *LocalSettings) check(c *Config, r *report) {
 		r.add(t+".uid_range_size", "%s.uid_range_size: must not be negative", t)
 	case l.UIDRangeSize > 0 && l.UIDRangeStart < 1000:
 		r.add(t+".uid_range_start", "%s.uid_range_start: must be at least 1000, above system and login accounts", t)
-	case l.UIDRangeSize > 0 && l.UIDRangeStart+l.UIDRangeSize-1 > maxUID:
+	case l.UIDRangeSize > 0 && int64(l.UIDRangeStart)+int64(l.UIDRangeSize)-1 > maxUID:
 		r.add(t+".uid_range_size", "%s.uid_range_start + uid_range_size: the range must end at or below %d", t, maxUID)
 	}
 	atLeast(r, t+".max_processes", l.MaxProcesses, 1)
