@@ -1,0 +1,412 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/sandstep/sandstep/providers"
+)
+
+// DefaultStartTimeout bounds a plugin's start and handshake when
+// Options.StartTimeout is zero. A healthy plugin needs milliseconds; the
+// margin is for a loaded machine or a cold disk.
+const DefaultStartTimeout = 20 * time.Second
+
+// Options say which plugin to run and what to hand it.
+type Options struct {
+	// Path is the plugin binary. When empty it is
+	// Dir/sandstep-provider-<Name>.
+	Path string
+	Dir  string
+	// Name is the provider's name, for messages and logs. When empty it is
+	// taken from Path's file name.
+	Name string
+
+	// Settings, Secrets and Defaults are passed to Configure right after
+	// the plugin starts, and again after every restart.
+	Settings []byte
+	Secrets  map[string]string
+	Defaults providers.SandboxDefaults
+
+	// Logger receives the plugin's log lines and go-plugin's own, with a
+	// "provider" attribute. Nil means slog.Default().
+	Logger *slog.Logger
+	// Env is added to the plugin's environment ("KEY=value"). The plugin
+	// inherits nothing else from the host but PATH: in particular no cloud
+	// credentials.
+	Env []string
+	// AutoMTLS has go-plugin authenticate both ends of the local socket with
+	// one-time certificates. It costs about 30 ms per start.
+	AutoMTLS bool
+	// StartTimeout bounds start and handshake; 0 = DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// BinaryNotFoundError is returned by Start when the plugin binary does not
+// exist. errors.Is(err, fs.ErrNotExist) holds.
+type BinaryNotFoundError struct {
+	Provider string
+	Path     string // absolute
+}
+
+func (e *BinaryNotFoundError) Error() string {
+	return fmt.Sprintf("provider %q: plugin binary not found at %s (build it with make plugins)", e.Provider, e.Path)
+}
+
+func (e *BinaryNotFoundError) Is(target error) bool { return target == fs.ErrNotExist }
+
+// BinaryPath returns the absolute path of provider name's plugin in dir.
+func BinaryPath(dir, name string) (string, error) {
+	return filepath.Abs(filepath.Join(dir, BinaryPrefix+name))
+}
+
+// Client is a provider plugin seen from the host: a providers.Provider whose
+// calls go to the plugin process. It is safe for concurrent use and meant to
+// live as long as the host (a warm Lambda reuses it across invocations).
+//
+// When the plugin dies, the next call starts a new one and configures it
+// again before going ahead. A call that was under way when it died fails
+// with code Unavailable, except for calls without side effects or idempotent
+// by contract (Info, Get, List, Terminate, ReadFile before any byte arrived,
+// ListFiles, the snapshot and volume calls, Configure), which are retried
+// once on the new plugin.
+type Client struct {
+	name         string
+	path         string
+	env          []string
+	logger       *slog.Logger
+	autoMTLS     bool
+	startTimeout time.Duration
+
+	mu     sync.Mutex
+	cfg    providers.Config
+	cur    *instance
+	closed bool
+}
+
+// instance is one running plugin process.
+type instance struct {
+	pc     *goplugin.Client
+	cmd    *exec.Cmd
+	p      *grpcClient
+	broken bool // guarded by Client.mu
+}
+
+var _ providers.Provider = (*Client)(nil)
+
+// Start starts the plugin, checks its protocol version and configures it.
+// The caller must Close the Client.
+func Start(ctx context.Context, opts Options) (*Client, error) {
+	path, name := opts.Path, opts.Name
+	if path == "" {
+		if name == "" {
+			return nil, errors.New("plugin: Options needs Path or Name")
+		}
+		path = filepath.Join(opts.Dir, BinaryPrefix+name)
+	}
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("provider %q: %w", name, err)
+	}
+	if name == "" {
+		name = strings.TrimPrefix(filepath.Base(path), BinaryPrefix)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	c := &Client{
+		name:         name,
+		path:         path,
+		env:          opts.Env,
+		logger:       logger.With("provider", name),
+		autoMTLS:     opts.AutoMTLS,
+		startTimeout: opts.StartTimeout,
+		cfg:          providers.Config{Settings: opts.Settings, Secrets: opts.Secrets, Defaults: opts.Defaults},
+	}
+	if c.startTimeout <= 0 {
+		c.startTimeout = DefaultStartTimeout
+	}
+	inst, err := c.launch(ctx, c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.cur = inst
+	return c, nil
+}
+
+// launch starts one plugin process and configures it.
+func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, error) {
+	if err := checkBinary(c.name, c.path); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(c.path)
+	cmd.Env = append([]string{
+		"PATH=" + os.Getenv("PATH"),
+		logLevelEnv + "=" + hclogLevel(c.logger).String(),
+	}, c.env...)
+	pc := goplugin.NewClient(&goplugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		VersionedPlugins: map[int]goplugin.PluginSet{providers.APIVersion: {PluginName: &GRPCPlugin{}}},
+		Cmd:              cmd,
+		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
+		SkipHostEnv:      true,
+		AutoMTLS:         c.autoMTLS,
+		StartTimeout:     c.startTimeout,
+		Logger:           newHCLogger(c.logger),
+		SyncStdout:       &lineLogger{l: c.logger, stream: "stdout"},
+		SyncStderr:       &lineLogger{l: c.logger, stream: "stderr"},
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(maxMessageSize),
+			grpc.MaxCallSendMsgSize(maxMessageSize),
+		)},
+	})
+	rpc, err := pc.Client()
+	if err != nil {
+		pc.Kill()
+		return nil, c.startError(err)
+	}
+	raw, err := rpc.Dispense(PluginName)
+	if err != nil {
+		pc.Kill()
+		return nil, fmt.Errorf("provider %q: plugin %s: %w", c.name, c.path, err)
+	}
+	inst := &instance{pc: pc, cmd: cmd, p: raw.(*grpcClient)}
+	if err := inst.p.Configure(ctx, cfg); err != nil {
+		inst.kill()
+		return nil, fmt.Errorf("provider %q: configure: %w", c.name, err)
+	}
+	return inst, nil
+}
+
+func checkBinary(name, path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &BinaryNotFoundError{Provider: name, Path: path}
+	}
+	if err != nil {
+		return fmt.Errorf("provider %q: plugin binary: %w", name, err)
+	}
+	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("provider %q: plugin %s is not an executable file (build it with make plugins)", name, path)
+	}
+	return nil
+}
+
+// startError rewrites go-plugin's version mismatch, which names neither the
+// plugin nor the cure, and gives other start failures the plugin's name.
+func (c *Client) startError(err error) error {
+	var pluginVersion int
+	msg := err.Error()
+	if i := strings.Index(msg, "Plugin version: "); strings.Contains(msg, "incompatible API version") && i >= 0 {
+		if _, serr := fmt.Sscanf(msg[i:], "Plugin version: %d", &pluginVersion); serr == nil {
+			return fmt.Errorf("provider %q: plugin %s speaks provider protocol version %d, this host speaks version %d; rebuild the plugin from the same sandstep version (make plugins)",
+				c.name, c.path, pluginVersion, providers.APIVersion)
+		}
+	}
+	return fmt.Errorf("provider %q: starting plugin %s: %w", c.name, c.path, err)
+}
+
+// kill ends a process that may be hung or half dead. go-plugin's own Kill
+// first asks the plugin to shut down over gRPC, which would wait on a hung
+// plugin; killing the process first makes that request fail at once.
+// os.Process.Kill cannot hit another process that reused the pid.
+func (i *instance) kill() {
+	_ = i.cmd.Process.Kill()
+	i.pc.Kill()
+}
+
+var errClosed = providers.Errorf(providers.FailedPrecondition, "", "the provider plugin client is closed")
+
+// get returns the running plugin, starting a new one if the last one died.
+// Holding the lock while starting means concurrent callers wait for one
+// restart instead of racing to start several.
+func (c *Client) get(ctx context.Context, op string) (*instance, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClosed
+	}
+	if c.cur != nil && !c.cur.broken && !c.cur.pc.Exited() {
+		return c.cur, nil
+	}
+	if c.cur != nil {
+		c.logger.Warn("provider plugin exited; restarting it", "path", c.path)
+		c.cur.kill()
+		c.cur = nil
+	}
+	inst, err := c.launch(ctx, c.cfg)
+	if err != nil {
+		return nil, &providers.Error{Code: providers.Unavailable, Op: op, Err: fmt.Errorf("restarting the plugin: %w", err)}
+	}
+	c.cur = inst
+	return inst, nil
+}
+
+// failed decides, after a call on inst failed with err, whether the plugin
+// is gone. Only a transport failure can mean that, and then the process has
+// exited or no longer answers a health check.
+func (c *Client) failed(ctx context.Context, inst *instance, err error) bool {
+	if !isTransport(err) {
+		return false
+	}
+	if !inst.pc.Exited() && inst.p.ping(ctx) == nil {
+		return false
+	}
+	c.mu.Lock()
+	inst.broken = true
+	c.mu.Unlock()
+	return true
+}
+
+// call runs f on the plugin. With retry set, a call that failed because the
+// plugin died runs once more on a restarted plugin.
+func (c *Client) call(ctx context.Context, op string, retry bool, f func(p *grpcClient) error) error {
+	inst, err := c.get(ctx, op)
+	if err != nil {
+		return err
+	}
+	err = f(inst.p)
+	if err == nil || !c.failed(context.WithoutCancel(ctx), inst, err) || !retry || ctx.Err() != nil {
+		return err
+	}
+	if inst, err = c.get(ctx, op); err != nil {
+		return err
+	}
+	return f(inst.p)
+}
+
+// Close ends the plugin. Calls after Close fail with FailedPrecondition.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.cur != nil {
+		c.cur.pc.Kill()
+		c.cur = nil
+	}
+	return nil
+}
+
+// Configure replaces the configuration the plugin runs with; a restarted
+// plugin gets the latest one.
+func (c *Client) Configure(ctx context.Context, cfg providers.Config) error {
+	c.mu.Lock()
+	c.cfg = cfg
+	c.mu.Unlock()
+	return c.call(ctx, "configure", true, func(p *grpcClient) error { return p.Configure(ctx, cfg) })
+}
+
+func (c *Client) Info(ctx context.Context) (out providers.Info, err error) {
+	err = c.call(ctx, "info", true, func(p *grpcClient) (err error) { out, err = p.Info(ctx); return })
+	return
+}
+
+func (c *Client) Create(ctx context.Context, spec providers.CreateSpec) (out providers.Sandbox, err error) {
+	err = c.call(ctx, "create", false, func(p *grpcClient) (err error) { out, err = p.Create(ctx, spec); return })
+	return
+}
+
+func (c *Client) Get(ctx context.Context, id string) (out providers.Sandbox, err error) {
+	err = c.call(ctx, "get", true, func(p *grpcClient) (err error) { out, err = p.Get(ctx, id); return })
+	return
+}
+
+func (c *Client) List(ctx context.Context, f providers.ListFilter) (out []providers.Sandbox, err error) {
+	err = c.call(ctx, "list", true, func(p *grpcClient) (err error) { out, err = p.List(ctx, f); return })
+	return
+}
+
+func (c *Client) Terminate(ctx context.Context, id string) error {
+	return c.call(ctx, "terminate", true, func(p *grpcClient) error { return p.Terminate(ctx, id) })
+}
+
+func (c *Client) Exec(ctx context.Context, id string, req providers.ExecRequest) (out providers.ExecResult, err error) {
+	err = c.call(ctx, "exec", false, func(p *grpcClient) (err error) { out, err = p.Exec(ctx, id, req); return })
+	return
+}
+
+func (c *Client) WriteFile(ctx context.Context, id string, f providers.WriteFileRequest) error {
+	return c.call(ctx, "write file", false, func(p *grpcClient) error { return p.WriteFile(ctx, id, f) })
+}
+
+// ReadFile is retried after a restart only if no byte reached w, so w never
+// sees the same bytes twice.
+func (c *Client) ReadFile(ctx context.Context, id string, f providers.ReadFileRequest, w io.Writer) (int64, error) {
+	var total int64
+	cw := &countingWriter{w: w}
+	inst, err := c.get(ctx, "read file")
+	if err != nil {
+		return 0, err
+	}
+	total, err = inst.p.ReadFile(ctx, id, f, cw)
+	if err == nil || cw.n > 0 || !c.failed(context.WithoutCancel(ctx), inst, err) || ctx.Err() != nil {
+		return total, err
+	}
+	if inst, err = c.get(ctx, "read file"); err != nil {
+		return 0, err
+	}
+	return inst.p.ReadFile(ctx, id, f, w)
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (cw *countingWriter) Write(p []byte) (int, error) {
+	n, err := cw.w.Write(p)
+	cw.n += int64(n)
+	return n, err
+}
+
+func (c *Client) ListFiles(ctx context.Context, id, path string) (out []providers.FileInfo, err error) {
+	err = c.call(ctx, "list files", true, func(p *grpcClient) (err error) { out, err = p.ListFiles(ctx, id, path); return })
+	return
+}
+
+func (c *Client) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSpec) (out providers.Snapshot, err error) {
+	err = c.call(ctx, "ensure snapshot", true, func(p *grpcClient) (err error) { out, err = p.EnsureSnapshot(ctx, spec); return })
+	return
+}
+
+func (c *Client) GetSnapshot(ctx context.Context, slug string) (out providers.Snapshot, err error) {
+	err = c.call(ctx, "get snapshot", true, func(p *grpcClient) (err error) { out, err = p.GetSnapshot(ctx, slug); return })
+	return
+}
+
+func (c *Client) DeleteSnapshot(ctx context.Context, slug string) error {
+	return c.call(ctx, "delete snapshot", true, func(p *grpcClient) error { return p.DeleteSnapshot(ctx, slug) })
+}
+
+func (c *Client) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (out providers.Volume, err error) {
+	err = c.call(ctx, "create volume", true, func(p *grpcClient) (err error) { out, err = p.CreateVolume(ctx, spec); return })
+	return
+}
+
+func (c *Client) GetVolume(ctx context.Context, slug string) (out providers.Volume, err error) {
+	err = c.call(ctx, "get volume", true, func(p *grpcClient) (err error) { out, err = p.GetVolume(ctx, slug); return })
+	return
+}
+
+func (c *Client) DeleteVolume(ctx context.Context, slug string) error {
+	return c.call(ctx, "delete volume", true, func(p *grpcClient) error { return p.DeleteVolume(ctx, slug) })
+}
+
+func (c *Client) ListVolumes(ctx context.Context, labels map[string]string) (out []providers.Volume, err error) {
+	err = c.call(ctx, "list volumes", true, func(p *grpcClient) (err error) { out, err = p.ListVolumes(ctx, labels); return })
+	return
+}
