@@ -264,8 +264,8 @@ func TestStatsCountCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := s.Stats().Sub(before)
-	if d.Calls["PutItem"] != 1 || d.Calls["GetItem"] != 1 || d.Total() != 2 {
-		t.Fatalf("calls = %v, want one PutItem and one GetItem", d.Calls)
+	if d.Calls["PutItem"] != 1 || d.Calls["GetItem"] != 1 || d.Total() != 2 || d.ItemWrites != 1 {
+		t.Fatalf("calls = %v, %d item writes; want one PutItem and one GetItem, 1 item write", d.Calls, d.ItemWrites)
 	}
 	if d.WriteUnits <= 0 || d.ReadUnits <= 0 {
 		t.Fatalf("capacity = %v read, %v write; want both reported", d.ReadUnits, d.WriteUnits)

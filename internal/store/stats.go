@@ -15,11 +15,16 @@ type Stats struct {
 	// Calls per DynamoDB operation name ("PutItem", "TransactWriteItems",
 	// ...), one per API call (SDK-internal retries are not counted again).
 	Calls map[string]int64
+	// ItemWrites counts item writes requested: one per PutItem, UpdateItem
+	// or DeleteItem, one per item of a BatchWriteItem or TransactWriteItems
+	// (refused ones included). It is the number to watch for "writes per
+	// job": on-demand billing charges at least one write unit per item
+	// write, two inside a transaction.
+	ItemWrites int64
 	// ReadUnits and WriteUnits are the capacity DynamoDB reported as
-	// consumed by successful calls (the store asks for it on every call);
-	// on-demand billing charges one request unit per unit. Refused
-	// conditional writes also cost units but report none, so they are
-	// missing here.
+	// consumed by successful calls (the store asks for it on every call).
+	// Refused writes report none. DynamoDB Local reports transactions per
+	// table rather than per item, so there they undercount.
 	ReadUnits, WriteUnits float64
 }
 
@@ -36,6 +41,7 @@ func (s Stats) Total() int64 {
 func (s Stats) Sub(earlier Stats) Stats {
 	out := Stats{
 		Calls:      make(map[string]int64, len(s.Calls)),
+		ItemWrites: s.ItemWrites - earlier.ItemWrites,
 		ReadUnits:  s.ReadUnits - earlier.ReadUnits,
 		WriteUnits: s.WriteUnits - earlier.WriteUnits,
 	}
@@ -51,10 +57,11 @@ func (s Stats) Sub(earlier Stats) Stats {
 func (s *Store) Stats() Stats { return s.stats.snapshot() }
 
 type counter struct {
-	mu    sync.Mutex
-	calls map[string]int64
-	rcu   float64
-	wcu   float64
+	mu     sync.Mutex
+	calls  map[string]int64
+	writes int64
+	rcu    float64
+	wcu    float64
 }
 
 func newCounter() *counter { return &counter{calls: map[string]int64{}} }
@@ -62,7 +69,7 @@ func newCounter() *counter { return &counter{calls: map[string]int64{}} }
 func (c *counter) snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Calls: maps.Clone(c.calls), ReadUnits: c.rcu, WriteUnits: c.wcu}
+	return Stats{Calls: maps.Clone(c.calls), ItemWrites: c.writes, ReadUnits: c.rcu, WriteUnits: c.wcu}
 }
 
 // register is an APIOptions entry: it adds the counting middleware to every
@@ -70,7 +77,7 @@ func (c *counter) snapshot() Stats {
 func (c *counter) register(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("sandstepStoreStats",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			askCapacity(in.Parameters)
+			writes := prepare(in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			var r, w float64
 			if err == nil {
@@ -78,6 +85,7 @@ func (c *counter) register(stack *middleware.Stack) error {
 			}
 			c.mu.Lock()
 			c.calls[middleware.GetOperationName(ctx)]++
+			c.writes += writes
 			c.rcu += r
 			c.wcu += w
 			c.mu.Unlock()
@@ -85,28 +93,37 @@ func (c *counter) register(stack *middleware.Stack) error {
 		}), middleware.After)
 }
 
-// askCapacity makes DynamoDB report consumed capacity for the operations the
-// store uses, unless the caller already chose.
-func askCapacity(params any) {
+// prepare makes DynamoDB report consumed capacity for the operations the
+// store uses (unless the caller already chose) and returns how many item
+// writes the call requests.
+func prepare(params any) (writes int64) {
 	const total = types.ReturnConsumedCapacityTotal
 	switch p := params.(type) {
 	case *dynamodb.GetItemInput:
 		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
-	case *dynamodb.PutItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
-	case *dynamodb.UpdateItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
-	case *dynamodb.DeleteItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
 	case *dynamodb.QueryInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
-	case *dynamodb.BatchWriteItemInput:
 		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
 	case *dynamodb.BatchGetItemInput:
 		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+	case *dynamodb.PutItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		return 1
+	case *dynamodb.UpdateItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		return 1
+	case *dynamodb.DeleteItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		return 1
+	case *dynamodb.BatchWriteItemInput:
+		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		for _, reqs := range p.RequestItems {
+			writes += int64(len(reqs))
+		}
 	case *dynamodb.TransactWriteItemsInput:
 		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		return int64(len(p.TransactItems))
 	}
+	return writes
 }
 
 func or(v, def types.ReturnConsumedCapacity) types.ReturnConsumedCapacity {
