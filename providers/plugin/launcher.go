@@ -45,13 +45,16 @@ type Options struct {
 	// "provider" attribute. Nil means slog.Default().
 	Logger *slog.Logger
 	// Env is added to the plugin's environment ("KEY=value"). The plugin
-	// inherits nothing else from the host but PATH: in particular no cloud
-	// credentials.
+	// inherits nothing else from the host but PATH (and gets go-plugin's
+	// handshake variables and SANDSTEP_PLUGIN_LOG_LEVEL): in particular no
+	// cloud credentials.
 	Env []string
 	// AutoMTLS has go-plugin authenticate both ends of the local socket with
 	// one-time certificates. It costs about 30 ms per start.
 	AutoMTLS bool
-	// StartTimeout bounds start and handshake; 0 = DefaultStartTimeout.
+	// StartTimeout bounds start and handshake (go-plugin's start does not
+	// take a context); 0 = DefaultStartTimeout. The ctx given to Start bounds
+	// the Configure call that follows.
 	StartTimeout time.Duration
 }
 
@@ -111,13 +114,15 @@ var _ providers.Provider = (*Client)(nil)
 // The caller must Close the Client.
 func Start(ctx context.Context, opts Options) (*Client, error) {
 	path, name := opts.Path, opts.Name
-	if path == "" {
-		if name == "" {
-			return nil, errors.New("plugin: Options needs Path or Name")
-		}
-		path = filepath.Join(opts.Dir, BinaryPrefix+name)
+	var err error
+	switch {
+	case path != "":
+		path, err = filepath.Abs(path)
+	case name != "":
+		path, err = BinaryPath(opts.Dir, name)
+	default:
+		return nil, errors.New("plugin: Options needs Path or Name")
 	}
-	path, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("provider %q: %w", name, err)
 	}

@@ -28,6 +28,8 @@ func slogLevel(l hclog.Level) slog.Level {
 		return slog.LevelWarn
 	case hclog.Error:
 		return slog.LevelError
+	case hclog.Off:
+		return slog.LevelError + 100
 	default:
 		return slog.LevelInfo
 	}

@@ -94,10 +94,11 @@ const (
 // InfoResponse.capabilities fails with UNIMPLEMENTED.
 type ProviderClient interface {
 	// Configure hands the provider its settings, secrets and sandbox defaults.
-	// The host calls it exactly once right after the plugin starts, before any
-	// other RPC, and again with the same arguments after restarting a plugin
-	// that died. A provider must accept a repeated Configure with the same
-	// arguments (idempotent).
+	// The host calls it right after the plugin starts, before any other RPC.
+	// It may call it again: with the same arguments after restarting a plugin
+	// that died, or with new ones to change the configuration. A provider
+	// accepts repeated calls; the last successful one is in force, and a
+	// failed one leaves the previous configuration in place.
 	//
 	// Errors: INVALID_ARGUMENT for a bad or unknown setting or a missing
 	// secret; PERMISSION_DENIED when the backend refuses the credentials (a
@@ -447,10 +448,11 @@ func (c *providerClient) ListVolumes(ctx context.Context, in *ListVolumesRequest
 // InfoResponse.capabilities fails with UNIMPLEMENTED.
 type ProviderServer interface {
 	// Configure hands the provider its settings, secrets and sandbox defaults.
-	// The host calls it exactly once right after the plugin starts, before any
-	// other RPC, and again with the same arguments after restarting a plugin
-	// that died. A provider must accept a repeated Configure with the same
-	// arguments (idempotent).
+	// The host calls it right after the plugin starts, before any other RPC.
+	// It may call it again: with the same arguments after restarting a plugin
+	// that died, or with new ones to change the configuration. A provider
+	// accepts repeated calls; the last successful one is in force, and a
+	// failed one leaves the previous configuration in place.
 	//
 	// Errors: INVALID_ARGUMENT for a bad or unknown setting or a missing
 	// secret; PERMISSION_DENIED when the backend refuses the credentials (a
