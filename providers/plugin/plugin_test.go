@@ -362,6 +362,18 @@ func randomBytes(t testing.TB, n int) []byte {
 	return b
 }
 
+// chunkRecorder keeps what is written and the largest single write, which
+// is the largest message the plugin sent.
+type chunkRecorder struct {
+	bytes.Buffer
+	largest int
+}
+
+func (r *chunkRecorder) Write(p []byte) (int, error) {
+	r.largest = max(r.largest, len(p))
+	return r.Buffer.Write(p)
+}
+
 func TestFiftyMegabyteFileRoundTrip(t *testing.T) {
 	c := start(t, testOptions(&logBuffer{}))
 	ctx := ctxFor(t)
@@ -370,13 +382,16 @@ func TestFiftyMegabyteFileRoundTrip(t *testing.T) {
 	if err := c.WriteFile(ctx, id, providers.WriteFileRequest{Path: "/big.bin", Content: bytes.NewReader(data)}); err != nil {
 		t.Fatal(err)
 	}
-	var got bytes.Buffer
+	var got chunkRecorder
 	n, err := c.ReadFile(ctx, id, providers.ReadFileRequest{Path: "/big.bin"}, &got)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n != int64(len(data)) || !bytes.Equal(got.Bytes(), data) {
 		t.Fatalf("read back %d bytes (n=%d), want the %d bytes written", got.Len(), n, len(data))
+	}
+	if got.largest > 1<<20 {
+		t.Fatalf("a read chunk of %d bytes exceeds 1 MiB", got.largest)
 	}
 }
 
@@ -534,13 +549,53 @@ func TestExecStdinSeveralMegabytes(t *testing.T) {
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	data := randomBytes(t, 6<<20+123)
-	var out bytes.Buffer
+	var out chunkRecorder
 	res, err := c.Exec(ctx, id, providers.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(data), Stdout: &out})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("exec = %+v, %v", res, err)
 	}
 	if !bytes.Equal(out.Bytes(), data) {
 		t.Fatalf("cat returned %d bytes, want the %d sent", out.Len(), len(data))
+	}
+	if out.largest > 64<<10 {
+		t.Fatalf("an output chunk of %d bytes exceeds 64 KiB", out.largest)
+	}
+}
+
+func TestExecEndsWithoutReadingStdin(t *testing.T) {
+	c := start(t, testOptions(&logBuffer{}))
+	ctx := ctxFor(t)
+	id := newSandbox(t, c)
+	// More input than any buffer on the way holds, never read by echo.
+	var out bytes.Buffer
+	res, err := c.Exec(ctx, id, providers.ExecRequest{Argv: []string{"echo", "done"}, Stdin: bytes.NewReader(randomBytes(t, 8<<20)), Stdout: &out})
+	if err != nil || res.ExitCode != 0 || out.String() != "done\n" {
+		t.Fatalf("exec with unread stdin = %+v, %v, %q", res, err, out.String())
+	}
+	// Input that never ends: Exec returns all the same.
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	out.Reset()
+	res, err = c.Exec(ctx, id, providers.ExecRequest{Argv: []string{"echo", "done"}, Stdin: stdinR, Stdout: &out})
+	if err != nil || res.ExitCode != 0 || out.String() != "done\n" {
+		t.Fatalf("exec with endless stdin = %+v, %v, %q", res, err, out.String())
+	}
+}
+
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
+func TestExecOutputWriterFailureStopsCommand(t *testing.T) {
+	c := start(t, testOptions(&logBuffer{}))
+	id := newSandbox(t, c)
+	full := errors.New("disk full")
+	_, err := c.Exec(ctxFor(t), id, providers.ExecRequest{Argv: []string{"block"}, Stdout: failingWriter{full}})
+	if !errors.Is(err, full) {
+		t.Fatalf("exec: %v, want the writer's error", err)
+	}
+	if got := execOut(t, c, id, "wait-cancelled"); got != "cancelled\n" {
+		t.Fatalf("wait-cancelled printed %q", got)
 	}
 }
 
