@@ -250,6 +250,7 @@ func TestLoadStateMachineIdentity(t *testing.T) {
 // treat as valid (including the ones the engine refuses as unimplemented)
 // are valid Amazon States Language as asl-validator reads it.
 func TestDefinitionsPassASLValidator(t *testing.T) {
+	t.Parallel() // node compiles the schema per definition: seconds, not milliseconds
 	bin, err := filepath.Abs("../../node_modules/.bin/asl-validator")
 	if err != nil {
 		t.Fatal(err)
