@@ -192,7 +192,7 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 	inst := &instance{pc: pc, cmd: cmd, p: raw.(*grpcClient)}
 	if err := inst.p.Configure(ctx, cfg); err != nil {
 		inst.kill()
-		return nil, fmt.Errorf("provider %q: configure: %w", c.name, err)
+		return nil, fmt.Errorf("provider %q: %w", c.name, err)
 	}
 	return inst, nil
 }
@@ -232,6 +232,28 @@ func (c *Client) startError(err error) error {
 func (i *instance) kill() {
 	_ = i.cmd.Process.Kill()
 	i.pc.Kill()
+}
+
+// shutdownGrace is how long Close lets a plugin stop on request before
+// killing it.
+const shutdownGrace = 5 * time.Second
+
+// shutdown asks the plugin to stop and waits for it, killing it if the
+// request goes unanswered (a frozen process never answers it).
+func (i *instance) shutdown() {
+	done := make(chan struct{})
+	go func() {
+		i.pc.Kill()
+		close(done)
+	}()
+	t := time.NewTimer(shutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_ = i.cmd.Process.Kill()
+		<-done
+	}
 }
 
 var errClosed = providers.Errorf(providers.FailedPrecondition, "", "the provider plugin client is closed")
@@ -294,13 +316,23 @@ func (c *Client) call(ctx context.Context, op string, retry bool, f func(p *grpc
 	return f(inst.p)
 }
 
+// callValue is call for methods that return a value.
+func callValue[T any](ctx context.Context, c *Client, op string, retry bool, f func(p *grpcClient) (T, error)) (T, error) {
+	var out T
+	err := c.call(ctx, op, retry, func(p *grpcClient) (err error) {
+		out, err = f(p)
+		return err
+	})
+	return out, err
+}
+
 // Close ends the plugin. Calls after Close fail with FailedPrecondition.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
 	if c.cur != nil {
-		c.cur.pc.Kill()
+		c.cur.shutdown()
 		c.cur = nil
 	}
 	return nil
@@ -315,33 +347,28 @@ func (c *Client) Configure(ctx context.Context, cfg providers.Config) error {
 	return c.call(ctx, "configure", true, func(p *grpcClient) error { return p.Configure(ctx, cfg) })
 }
 
-func (c *Client) Info(ctx context.Context) (out providers.Info, err error) {
-	err = c.call(ctx, "info", true, func(p *grpcClient) (err error) { out, err = p.Info(ctx); return })
-	return
+func (c *Client) Info(ctx context.Context) (providers.Info, error) {
+	return callValue(ctx, c, "info", true, func(p *grpcClient) (providers.Info, error) { return p.Info(ctx) })
 }
 
-func (c *Client) Create(ctx context.Context, spec providers.CreateSpec) (out providers.Sandbox, err error) {
-	err = c.call(ctx, "create", false, func(p *grpcClient) (err error) { out, err = p.Create(ctx, spec); return })
-	return
+func (c *Client) Create(ctx context.Context, spec providers.CreateSpec) (providers.Sandbox, error) {
+	return callValue(ctx, c, "create", false, func(p *grpcClient) (providers.Sandbox, error) { return p.Create(ctx, spec) })
 }
 
-func (c *Client) Get(ctx context.Context, id string) (out providers.Sandbox, err error) {
-	err = c.call(ctx, "get", true, func(p *grpcClient) (err error) { out, err = p.Get(ctx, id); return })
-	return
+func (c *Client) Get(ctx context.Context, id string) (providers.Sandbox, error) {
+	return callValue(ctx, c, "get", true, func(p *grpcClient) (providers.Sandbox, error) { return p.Get(ctx, id) })
 }
 
-func (c *Client) List(ctx context.Context, f providers.ListFilter) (out []providers.Sandbox, err error) {
-	err = c.call(ctx, "list", true, func(p *grpcClient) (err error) { out, err = p.List(ctx, f); return })
-	return
+func (c *Client) List(ctx context.Context, f providers.ListFilter) ([]providers.Sandbox, error) {
+	return callValue(ctx, c, "list", true, func(p *grpcClient) ([]providers.Sandbox, error) { return p.List(ctx, f) })
 }
 
 func (c *Client) Terminate(ctx context.Context, id string) error {
 	return c.call(ctx, "terminate", true, func(p *grpcClient) error { return p.Terminate(ctx, id) })
 }
 
-func (c *Client) Exec(ctx context.Context, id string, req providers.ExecRequest) (out providers.ExecResult, err error) {
-	err = c.call(ctx, "exec", false, func(p *grpcClient) (err error) { out, err = p.Exec(ctx, id, req); return })
-	return
+func (c *Client) Exec(ctx context.Context, id string, req providers.ExecRequest) (providers.ExecResult, error) {
+	return callValue(ctx, c, "exec", false, func(p *grpcClient) (providers.ExecResult, error) { return p.Exec(ctx, id, req) })
 }
 
 func (c *Client) WriteFile(ctx context.Context, id string, f providers.WriteFileRequest) error {
@@ -351,15 +378,14 @@ func (c *Client) WriteFile(ctx context.Context, id string, f providers.WriteFile
 // ReadFile is retried after a restart only if no byte reached w, so w never
 // sees the same bytes twice.
 func (c *Client) ReadFile(ctx context.Context, id string, f providers.ReadFileRequest, w io.Writer) (int64, error) {
-	var total int64
-	cw := &countingWriter{w: w}
 	inst, err := c.get(ctx, "read file")
 	if err != nil {
 		return 0, err
 	}
-	total, err = inst.p.ReadFile(ctx, id, f, cw)
+	cw := &countingWriter{w: w}
+	n, err := inst.p.ReadFile(ctx, id, f, cw)
 	if err == nil || cw.n > 0 || !c.failed(context.WithoutCancel(ctx), inst, err) || ctx.Err() != nil {
-		return total, err
+		return n, err
 	}
 	if inst, err = c.get(ctx, "read file"); err != nil {
 		return 0, err
@@ -378,40 +404,34 @@ func (cw *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *Client) ListFiles(ctx context.Context, id, path string) (out []providers.FileInfo, err error) {
-	err = c.call(ctx, "list files", true, func(p *grpcClient) (err error) { out, err = p.ListFiles(ctx, id, path); return })
-	return
+func (c *Client) ListFiles(ctx context.Context, id, path string) ([]providers.FileInfo, error) {
+	return callValue(ctx, c, "list files", true, func(p *grpcClient) ([]providers.FileInfo, error) { return p.ListFiles(ctx, id, path) })
 }
 
-func (c *Client) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSpec) (out providers.Snapshot, err error) {
-	err = c.call(ctx, "ensure snapshot", true, func(p *grpcClient) (err error) { out, err = p.EnsureSnapshot(ctx, spec); return })
-	return
+func (c *Client) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSpec) (providers.Snapshot, error) {
+	return callValue(ctx, c, "ensure snapshot", true, func(p *grpcClient) (providers.Snapshot, error) { return p.EnsureSnapshot(ctx, spec) })
 }
 
-func (c *Client) GetSnapshot(ctx context.Context, slug string) (out providers.Snapshot, err error) {
-	err = c.call(ctx, "get snapshot", true, func(p *grpcClient) (err error) { out, err = p.GetSnapshot(ctx, slug); return })
-	return
+func (c *Client) GetSnapshot(ctx context.Context, slug string) (providers.Snapshot, error) {
+	return callValue(ctx, c, "get snapshot", true, func(p *grpcClient) (providers.Snapshot, error) { return p.GetSnapshot(ctx, slug) })
 }
 
 func (c *Client) DeleteSnapshot(ctx context.Context, slug string) error {
 	return c.call(ctx, "delete snapshot", true, func(p *grpcClient) error { return p.DeleteSnapshot(ctx, slug) })
 }
 
-func (c *Client) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (out providers.Volume, err error) {
-	err = c.call(ctx, "create volume", true, func(p *grpcClient) (err error) { out, err = p.CreateVolume(ctx, spec); return })
-	return
+func (c *Client) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {
+	return callValue(ctx, c, "create volume", true, func(p *grpcClient) (providers.Volume, error) { return p.CreateVolume(ctx, spec) })
 }
 
-func (c *Client) GetVolume(ctx context.Context, slug string) (out providers.Volume, err error) {
-	err = c.call(ctx, "get volume", true, func(p *grpcClient) (err error) { out, err = p.GetVolume(ctx, slug); return })
-	return
+func (c *Client) GetVolume(ctx context.Context, slug string) (providers.Volume, error) {
+	return callValue(ctx, c, "get volume", true, func(p *grpcClient) (providers.Volume, error) { return p.GetVolume(ctx, slug) })
 }
 
 func (c *Client) DeleteVolume(ctx context.Context, slug string) error {
 	return c.call(ctx, "delete volume", true, func(p *grpcClient) error { return p.DeleteVolume(ctx, slug) })
 }
 
-func (c *Client) ListVolumes(ctx context.Context, labels map[string]string) (out []providers.Volume, err error) {
-	err = c.call(ctx, "list volumes", true, func(p *grpcClient) (err error) { out, err = p.ListVolumes(ctx, labels); return })
-	return
+func (c *Client) ListVolumes(ctx context.Context, labels map[string]string) ([]providers.Volume, error) {
+	return callValue(ctx, c, "list volumes", true, func(p *grpcClient) ([]providers.Volume, error) { return p.ListVolumes(ctx, labels) })
 }

@@ -813,6 +813,29 @@ func TestCallsAfterCloseFail(t *testing.T) {
 	}
 }
 
+func TestCloseEndsAFrozenPlugin(t *testing.T) {
+	c := start(t, testOptions(&logBuffer{}))
+	id := newSandbox(t, c)
+	pid := pidOf(t, c, id)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatal("Close did not return for a frozen plugin")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("plugin process %d still exists after Close (%v)", pid, err)
+	}
+}
+
 func TestConcurrentCalls(t *testing.T) {
 	c := start(t, testOptions(&logBuffer{}))
 	ctx := ctxFor(t)
