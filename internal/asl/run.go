@@ -419,22 +419,9 @@ func (rt *retrier) delay(n int64) time.Duration {
 }
 
 func (r *stateRun) task(ctx context.Context) (any, string, *failure) {
-	co := r.contextObject(nil)
-	eff, f := applyInputPath(r.st.inputPath, r.input, co)
-	if f != nil {
-		return nil, "", f
-	}
-	if r.st.parameters != nil {
-		if eff, f = r.st.parameters.eval(eff, co); f != nil {
-			return nil, "", f
-		}
-	}
-	if f := checkSize(r.st.name, eff); f != nil {
-		return nil, "", f
-	}
 	timeout := time.Duration(r.st.timeoutSeconds) * time.Second
 	if p := r.st.timeoutPath; p != nil {
-		v, ok := p.get(r.input, co)
+		v, ok := p.get(r.input, r.contextObject(nil))
 		if !ok {
 			return nil, "", runtimeFailure("Invalid path '%s' : No results for path: %s", p.src, p.bracketString())
 		}
@@ -444,16 +431,42 @@ func (r *stateRun) task(ctx context.Context) (any, string, *failure) {
 		}
 		timeout = time.Duration(n) * time.Second
 	}
-	res, c, f := r.retryCatch(ctx, func() (any, *failure) { return r.invoke(ctx, eff, timeout) })
+	res, c, f := r.retryCatch(ctx, func() (any, *failure) {
+		// Parameters are built for every attempt, so $$.State.RetryCount
+		// tells the function which attempt it is.
+		in, f := r.effectiveInput()
+		if f != nil {
+			return nil, f
+		}
+		return r.invoke(ctx, in, timeout)
+	})
 	if c != nil {
 		return r.caught(c, f)
 	}
 	if f != nil {
 		return nil, "", f
 	}
-	// $$.State.RetryCount in ResultSelector reflects the attempts made.
 	out, f := r.finishResult(res, r.contextObject(nil))
 	return out, r.st.next, f
+}
+
+// effectiveInput applies InputPath and Parameters and checks the size of
+// what a Task or Parallel state works on.
+func (r *stateRun) effectiveInput() (any, *failure) {
+	co := r.contextObject(nil)
+	eff, f := applyInputPath(r.st.inputPath, r.input, co)
+	if f != nil {
+		return nil, f
+	}
+	if r.st.parameters != nil {
+		if eff, f = r.st.parameters.eval(eff, co); f != nil {
+			return nil, f
+		}
+	}
+	if f := checkSize(r.st.name, eff); f != nil {
+		return nil, f
+	}
+	return eff, nil
 }
 
 type taskEvents struct {
@@ -634,20 +647,13 @@ func (r *stateRun) call(ctx context.Context, fn string, payload []byte, timeout 
 }
 
 func (r *stateRun) parallel(ctx context.Context) (any, string, *failure) {
-	co := r.contextObject(nil)
-	eff, f := applyInputPath(r.st.inputPath, r.input, co)
-	if f != nil {
-		return nil, "", f
-	}
-	if r.st.parameters != nil {
-		if eff, f = r.st.parameters.eval(eff, co); f != nil {
-			return nil, "", f
+	res, c, f := r.retryCatch(ctx, func() (any, *failure) {
+		in, f := r.effectiveInput()
+		if f != nil {
+			return nil, f
 		}
-	}
-	if f := checkSize(r.st.name, eff); f != nil {
-		return nil, "", f
-	}
-	res, c, f := r.retryCatch(ctx, func() (any, *failure) { return r.parallelAttempt(ctx, eff) })
+		return r.parallelAttempt(ctx, in)
+	})
 	if f != nil && !f.terminal {
 		r.x.emit(r.th, EventParallelStateFailed, r.st.name, nil)
 	}
