@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -134,6 +135,10 @@ func Start(ctx context.Context, opts Options) (*Instance, error) {
 		return nil, fmt.Errorf("%w: %v", ErrJavaMissing, err)
 	}
 	if opts.DBPath != "" {
+		// The JVM runs in the jar's directory; a relative path means ours.
+		if opts.DBPath, err = filepath.Abs(opts.DBPath); err != nil {
+			return nil, fmt.Errorf("dynamodb local: db path: %w", err)
+		}
 		if err := os.MkdirAll(opts.DBPath, 0o755); err != nil {
 			return nil, fmt.Errorf("dynamodb local: db path: %w", err)
 		}
@@ -197,9 +202,6 @@ func launch(ctx context.Context, java, jar, libDir string, port int, opts Option
 	}
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("dynamodb local: start %s: %w", java, err)
-	}
 	inst := &Instance{
 		endpoint: "http://127.0.0.1:" + strconv.Itoa(port),
 		port:     port,
@@ -207,10 +209,24 @@ func launch(ctx context.Context, java, jar, libDir string, port int, opts Option
 		done:     make(chan struct{}),
 		out:      out,
 	}
+	started := make(chan error, 1)
 	go func() {
+		// Linux's parent-death signal fires when the OS thread that started
+		// the child exits, not the process: hold this thread until the JVM
+		// is gone so that a Go runtime thread exit cannot kill it.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		inst.waitErr = cmd.Wait()
 		close(inst.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("dynamodb local: start %s: %w", java, err)
+	}
 	if err := inst.waitReady(ctx); err != nil {
 		_ = inst.Stop()
 		return nil, err

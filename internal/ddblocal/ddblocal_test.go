@@ -1,8 +1,10 @@
 package ddblocal_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -187,5 +189,61 @@ func TestForTestsIsolatesTables(t *testing.T) {
 				t.Fatalf("table %s left behind", n)
 			}
 		}
+	}
+}
+
+// TestJVMDiesWithParent: a test binary that is killed outright (no Stop, no
+// cleanup) must not leave DynamoDB Local running.
+func TestJVMDiesWithParent(t *testing.T) {
+	if os.Getenv("DDBLOCAL_TEST_HELPER") == "1" {
+		inst, err := ddblocal.Start(context.Background(), ddblocal.Options{})
+		if err != nil {
+			fmt.Println("ERROR", err)
+			os.Exit(1)
+		}
+		fmt.Println("PORT", inst.Port())
+		time.Sleep(10 * time.Minute) // until killed
+	}
+	requireDeps(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestJVMDiesWithParent$")
+	cmd.Env = append(os.Environ(), "DDBLOCAL_TEST_HELPER=1")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var port int
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if _, err := fmt.Sscanf(sc.Text(), "PORT %d", &port); err == nil {
+			break
+		}
+		if strings.HasPrefix(sc.Text(), "ERROR") {
+			t.Fatal(sc.Text())
+		}
+	}
+	if port == 0 {
+		t.Fatal("helper exited without starting DynamoDB Local")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	// The kernel delivers SIGKILL to the JVM as its parent dies; give a
+	// loaded machine time to tear the process down.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("DynamoDB Local still listens on %d after its parent was killed", port)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

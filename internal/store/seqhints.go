@@ -27,7 +27,5 @@ func (h *seqHints) set(job string, seq int64) {
 	if h.m == nil || len(h.m) >= maxSeqHints {
 		h.m = make(map[string]int64)
 	}
-	if seq > h.m[job] {
-		h.m[job] = seq
-	}
+	h.m[job] = seq
 }

@@ -100,33 +100,33 @@ func prepare(params any) (writes int64) {
 	const total = types.ReturnConsumedCapacityTotal
 	switch p := params.(type) {
 	case *dynamodb.GetItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 	case *dynamodb.QueryInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 	case *dynamodb.BatchGetItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 	case *dynamodb.PutItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 		return 1
 	case *dynamodb.UpdateItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 		return 1
 	case *dynamodb.DeleteItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 		return 1
 	case *dynamodb.BatchWriteItemInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 		for _, reqs := range p.RequestItems {
 			writes += int64(len(reqs))
 		}
 	case *dynamodb.TransactWriteItemsInput:
-		p.ReturnConsumedCapacity = or(p.ReturnConsumedCapacity, total)
+		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 		return int64(len(p.TransactItems))
 	}
 	return writes
 }
 
-func or(v, def types.ReturnConsumedCapacity) types.ReturnConsumedCapacity {
+func orDefault(v, def types.ReturnConsumedCapacity) types.ReturnConsumedCapacity {
 	if v == "" {
 		return def
 	}
