@@ -1,0 +1,19 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+
+	"github.com/sandstep/sandstep/internal/version"
+	"github.com/sandstep/sandstep/providers"
+)
+
+func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := newFlags("version", stderr).Parse(args); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "sandstep %s (plugin API v%d, %s, %s/%s)\n", version.Version, providers.APIVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
