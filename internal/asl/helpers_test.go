@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -84,7 +85,8 @@ func runMachine(t testing.TB, m *Machine, input string, inv Invoker, opts ...Sta
 		inv = handlers{}
 	}
 	clock := NewInstantClock(testEpoch)
-	x, err := m.Start(context.Background(), "exec-1", []byte(input), inv, append([]StartOption{WithClock(clock)}, opts...)...)
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	x, err := m.Start(context.Background(), "exec-1", []byte(input), inv, append([]StartOption{WithClock(clock), quiet}, opts...)...)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
