@@ -72,8 +72,7 @@ type optPath struct {
 type state struct {
 	name string
 	typ  stateType
-	next string
-	end  bool
+	next string // empty: the state ends its program
 
 	inputPath, outputPath, resultPath optPath
 	parameters, resultSelector        *template
@@ -547,7 +546,6 @@ func (l *loader) transition(s *state, m map[string]any) {
 		if end != true {
 			l.fail(s.name, "End", "must be true")
 		}
-		s.end = true
 	default:
 		l.fail(s.name, "", "a %s state needs Next or End", s.typ)
 	}

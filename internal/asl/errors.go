@@ -13,13 +13,13 @@ import (
 
 // Error names the language reserves, as they appear in Retry and Catch.
 const (
-	ErrorALL                          = "States.ALL"
-	ErrorTaskFailed                   = "States.TaskFailed"
-	ErrorTimeout                      = "States.Timeout"
-	ErrorRuntime                      = "States.Runtime"
-	ErrorDataLimitExceeded            = "States.DataLimitExceeded"
-	ErrorNoChoiceMatched              = "States.NoChoiceMatched"
-	ErrorExceedToleratedFailureThresh = "States.ExceedToleratedFailureThreshold"
+	ErrorALL                             = "States.ALL"
+	ErrorTaskFailed                      = "States.TaskFailed"
+	ErrorTimeout                         = "States.Timeout"
+	ErrorRuntime                         = "States.Runtime"
+	ErrorDataLimitExceeded               = "States.DataLimitExceeded"
+	ErrorNoChoiceMatched                 = "States.NoChoiceMatched"
+	ErrorExceedToleratedFailureThreshold = "States.ExceedToleratedFailureThreshold"
 )
 
 // DefinitionError is one problem Load found in a definition. Load reports all

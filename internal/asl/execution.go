@@ -23,7 +23,9 @@ import (
 // yourself, for instance Type "Lambda.ServiceException" to mimic a service
 // failure; any other error is named after its Go type. ctx is cancelled when
 // the task times out or the execution is stopped; a call that ignores it is
-// abandoned, as Step Functions abandons a running Lambda.
+// abandoned, as Step Functions abandons a running Lambda. A panic is
+// recovered and reported as aws-lambda-go reports one: named after the type
+// of the panic value, with the stack trace in the cause.
 type Invoker interface {
 	Invoke(ctx context.Context, functionARN string, payload []byte) ([]byte, error)
 }
@@ -219,7 +221,9 @@ func (m *Machine) Start(ctx context.Context, name string, input []byte, inv Invo
 	})
 	if m.timeout > 0 {
 		x.deadline = start.Add(m.timeout)
+		x.mu.Lock()
 		x.timer = time.AfterFunc(m.timeout, x.timeOut)
+		x.mu.Unlock()
 	}
 	go x.run(th)
 	return x, nil
@@ -326,9 +330,10 @@ func (x *Execution) finish(status Status, output []byte, errName, cause string) 
 	x.result.Cause = cause
 	x.result.StopDate = x.clock.Now()
 	close(x.done)
+	timer := x.timer
 	x.mu.Unlock()
-	if x.timer != nil {
-		x.timer.Stop()
+	if timer != nil {
+		timer.Stop()
 	}
 	x.cancel()
 	x.log.Debug("asl: execution ended", "execution", x.arn, "status", status, "error", errName)

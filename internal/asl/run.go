@@ -888,7 +888,7 @@ loop:
 				mu.Unlock()
 				if exceeded {
 					if tol.set && !f.terminal {
-						f = &failure{Error: ErrorExceedToleratedFailureThresh, Cause: "The specified tolerated failure threshold was exceeded"}
+						f = &failure{Error: ErrorExceedToleratedFailureThreshold, Cause: "The specified tolerated failure threshold was exceeded"}
 					}
 					record(f)
 				}

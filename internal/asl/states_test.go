@@ -426,13 +426,13 @@ func TestMapToleratedFailures(t *testing.T) {
 	wantSucceeded(t, res, x, `["ok", {"Error": "BadItem", "Cause": "bad"}, "ok"]`)
 
 	res, x, _ = run(t, defMapToleratedCount, `["bad", "ok", "bad"]`, nil)
-	wantFailed(t, res, x, ErrorExceedToleratedFailureThresh)
+	wantFailed(t, res, x, ErrorExceedToleratedFailureThreshold)
 
 	res, x, _ = run(t, defMapToleratedPercentage, `{"pct": 50, "items": ["bad", "ok", "ok", "ok"]}`, nil)
 	wantSucceeded(t, res, x, `[{"Error": "BadItem", "Cause": "bad"}, "ok", "ok", "ok"]`)
 
 	res, x, _ = run(t, defMapToleratedPercentage, `{"pct": 25, "items": ["bad", "bad", "ok", "ok"]}`, nil)
-	wantFailed(t, res, x, ErrorExceedToleratedFailureThresh)
+	wantFailed(t, res, x, ErrorExceedToleratedFailureThreshold)
 
 	res, x, _ = run(t, defMapToleratedPercentage, `{"pct": "half", "items": []}`, nil)
 	wantFailed(t, res, x, ErrorRuntime)
