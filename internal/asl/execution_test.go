@@ -45,6 +45,11 @@ func TestStopAbortsAndCancelsRunningTasks(t *testing.T) {
 	if x.Status() != StatusAborted {
 		t.Fatalf("status %s right after Stop", x.Status())
 	}
+	select {
+	case <-x.Done():
+	default:
+		t.Fatal("Done is open after Stop")
+	}
 	res, err := x.Wait(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -260,5 +265,16 @@ func TestConcurrentExecutionsOnOneMachine(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func TestRealClockSleepHonoursItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := (realClock{}).Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep on a cancelled context: %v", err)
+	}
+	if err := (realClock{}).Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Fatalf("Sleep: %v", err)
 	}
 }

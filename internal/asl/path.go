@@ -33,8 +33,6 @@ type step struct {
 
 func (p *path) definite() bool { return p.expr == nil }
 
-func (p *path) String() string { return p.src }
-
 func parsePath(src string) (*path, error) {
 	if !strings.HasPrefix(src, "$") {
 		return nil, fmt.Errorf("%q is not a JSONPath: it must start with '$'", src)

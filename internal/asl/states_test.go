@@ -440,3 +440,36 @@ func TestMapToleratedFailures(t *testing.T) {
 		t.Fatalf("cause %q", res.Cause)
 	}
 }
+
+var defMapFromPaths = asl("map-from-paths", `{
+  "StartAt": "Each",
+  "States": {
+    "Each": {
+      "Type": "Map",
+      "ItemsPath": "$.items",
+      "MaxConcurrencyPath": "$.limit",
+      "ToleratedFailureCountPath": "$.tolerated",
+      "ItemProcessor": {"StartAt": "Check", "States": {
+        "Check": {"Type": "Choice", "Choices": [{"Variable": "$", "StringEquals": "bad", "Next": "Bad"}], "Default": "Good"},
+        "Good": {"Type": "Pass", "End": true},
+        "Bad": {"Type": "Fail", "Error": "BadItem"}}},
+      "End": true
+    }
+  }
+}`)
+
+func TestMapSettingsFromPaths(t *testing.T) {
+	res, x, _ := run(t, defMapFromPaths, `{"limit": 1, "tolerated": 1, "items": ["ok", "bad"]}`, nil)
+	wantSucceeded(t, res, x, `["ok", {"Error": "BadItem", "Cause": ""}]`)
+	for input, cause := range map[string]string{
+		`{"limit": "many", "tolerated": 1, "items": []}`: `The MaxConcurrencyPath field refers to value "many" which is not a valid integer: $.limit`,
+		`{"limit": 1, "tolerated": {}, "items": []}`:     `The ToleratedFailureCountPath field refers to value "{}" which is not a valid integer: $.tolerated`,
+		`{"limit": 1, "tolerated": -1, "items": []}`:     "ToleratedFailureCount cannot be negative.",
+	} {
+		res, x, _ := run(t, defMapFromPaths, input, nil)
+		wantFailed(t, res, x, ErrorRuntime)
+		if !strings.Contains(res.Cause, cause) {
+			t.Errorf("input %s: cause %q, want %q", input, res.Cause, cause)
+		}
+	}
+}
