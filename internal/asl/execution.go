@@ -17,7 +17,9 @@ import (
 // arn:aws:states:::lambda:invoke task with ":"+Qualifier appended when one
 // is given) to in-process handlers.
 //
-// A successful call returns the function's JSON response. An error is named
+// A successful call returns the function's JSON response (aws-lambda-go
+// handlers encode "no value" as null); anything else, an empty response
+// included, is a States.Runtime error. An error is named
 // for Retry and Catch as aws-lambda-go names it for Step Functions: return a
 // messages.InvokeResponse_Error value to choose the name (Type) and message
 // yourself, for instance Type "Lambda.ServiceException" to mimic a service
