@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-lambda-go/lambda/messages"
 
 	"github.com/sandstep/sandstep/internal/asl"
 )
@@ -48,7 +49,7 @@ func NewInvoker(fns Functions) *Invoker {
 func (inv *Invoker) Invoke(ctx context.Context, arn string, payload []byte) ([]byte, error) {
 	h, ok := inv.handlers[arn]
 	if !ok {
-		return nil, fmt.Errorf("no local handler for %s", arn)
+		return nil, messages.InvokeResponse_Error{Type: "Lambda.ResourceNotFoundException", Message: "no local handler for " + arn}
 	}
 	return h.Invoke(ctx, payload)
 }

@@ -1,0 +1,22 @@
+// Command cleanup is the Cleanup phase of the deep-research state machine as a
+// Lambda; the local engine runs the same handler in-process.
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/sandstep/sandstep/internal/app"
+)
+
+func main() {
+	a, err := app.FromLambdaEnv(context.Background())
+	if err != nil {
+		slog.Error("init", "err", err)
+		os.Exit(1)
+	}
+	lambda.Start(a.Phases.Cleanup)
+}
