@@ -1,0 +1,59 @@
+# Lambda build targets for `sam build` (BuildMethod: makefile). sam runs
+# `make --makefile Makefile build-<LogicalId>` from the repository root (or a copy of
+# it) with ARTIFACTS_DIR set to the folder it zips; the root Makefile includes this
+# file. By hand: make build-DiscoverFunction ARTIFACTS_DIR=/tmp/out
+#
+# Every function is one static linux/arm64 binary named bootstrap (provided.al2023)
+# with config.toml beside it; the layer holds the provider plugins in plugins/, which
+# Lambda mounts at /opt/plugins.
+
+LAMBDA_GO      ?= go
+LAMBDA_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LAMBDA_LDFLAGS := -s -w -X github.com/sandstep/sandstep/internal/version.Version=$(LAMBDA_VERSION)
+LAMBDA_ENV     := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
+# lambda.norpc drops aws-lambda-go's RPC mode, which provided runtimes never use.
+LAMBDA_GOBUILD := $(LAMBDA_ENV) $(LAMBDA_GO) build -trimpath -ldflags '$(LAMBDA_LDFLAGS)'
+
+# Expanded only when a recipe runs, so including this file costs other targets nothing.
+lambda-artifacts = $(if $(strip $(ARTIFACTS_DIR)),$(ARTIFACTS_DIR),$(error ARTIFACTS_DIR is not set: sam build sets it; by hand, pass ARTIFACTS_DIR=<folder>))
+
+# $(call lambda-function,<folder under functions/>)
+define lambda-function
+	@mkdir -p '$(lambda-artifacts)'
+	$(LAMBDA_GOBUILD) -tags lambda.norpc -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
+	cp config.toml '$(lambda-artifacts)/config.toml'
+endef
+
+.PHONY: build-ApiFunction build-DiscoverFunction build-ProvisionFunction build-CrawlFunction \
+	build-SummarizeFunction build-ReportFunction build-CleanupFunction build-ProvidersLayer
+
+build-ApiFunction:
+	$(call lambda-function,api)
+
+build-DiscoverFunction:
+	$(call lambda-function,discover)
+
+build-ProvisionFunction:
+	$(call lambda-function,provision)
+
+build-CrawlFunction:
+	$(call lambda-function,crawl)
+
+build-SummarizeFunction:
+	$(call lambda-function,summarize)
+
+build-ReportFunction:
+	$(call lambda-function,report)
+
+build-CleanupFunction:
+	$(call lambda-function,cleanup)
+
+LAMBDA_PLUGINS := $(wildcard providers/*/cmd/sandstep-provider-*)
+
+build-ProvidersLayer:
+	@test -n '$(LAMBDA_PLUGINS)' || { echo 'build-ProvidersLayer: no providers/*/cmd/sandstep-provider-* to build' >&2; exit 1; }
+	@mkdir -p '$(lambda-artifacts)/plugins'
+	@for d in $(LAMBDA_PLUGINS); do \
+	  echo "build $(lambda-artifacts)/plugins/$$(basename $$d)"; \
+	  $(LAMBDA_GOBUILD) -o '$(lambda-artifacts)/plugins/'$$(basename $$d) ./$$d || exit 1; \
+	done
