@@ -1,0 +1,502 @@
+// Package local is the sandbox provider that runs sandboxes on this machine
+// with bubblewrap (Debian package "bubblewrap").
+//
+// A sandbox is a long-lived bwrap process with its own user, mount, pid, ipc,
+// uts and (unless the network policy is "all") network namespace. Only the
+// configured system directories are visible, read-only; /tmp, /home/sandbox
+// and /workspace are private writable directories on the host, volumes are
+// bound read-write, a snapshot is bound read-only at SnapshotPath. When the
+// plugin runs as root each sandbox gets its own host uid from a configured
+// range, so that RLIMIT_NPROC counts per sandbox (the kernel does not enforce
+// it for uid 0, not even inside a user namespace root created).
+//
+// PID 1's only child inside is the provider binary itself in agent mode (see
+// RunSandboxRole). It listens on a unix socket the plugin created and passed
+// in, runs commands under a per-exec subreaper shim and does file operations
+// as the sandbox user inside the sandbox's mount namespace, so a symlink made
+// in the sandbox can never lead to a host file. The agent ends the sandbox at
+// its deadline or idle timeout even when no plugin runs.
+//
+// All state lives under state_dir, one JSON record per sandbox, so a
+// restarted plugin knows the live sandboxes again and cleans up dead ones.
+package local
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// Version is the provider's version, set at build time with
+// -ldflags "-X github.com/sandstep/sandstep/providers/local.Version=...".
+var Version = "dev"
+
+// Paths inside every sandbox.
+const (
+	// SnapshotPath is where a snapshot's tree is mounted, read-only, and
+	// where its setup commands build it. Snapshot env (PATH, NODE_PATH...)
+	// points here.
+	SnapshotPath = "/opt/sandstep/snapshot"
+	agentPath    = "/.sandstep/agent"
+	homePath     = "/home/sandbox"
+	workPath     = "/workspace"
+	// sandboxUID is the uid (and gid) commands see inside; on the host they
+	// run as the sandbox's own uid.
+	sandboxUID = 1000
+)
+
+// Defaults for settings left zero.
+const (
+	defaultMaxProcesses      = 256
+	defaultMaxFileSizeMB     = 1024
+	defaultMaxCPUSeconds     = 600
+	defaultMaxAddressSpaceMB = 8192
+	defaultMaxOpenFiles      = 1024
+	defaultUIDRangeStart     = 200000
+	defaultUIDRangeSize      = 60000
+	defaultLifetime          = time.Hour
+	defaultExecTimeout       = 10 * time.Minute
+	defaultSnapshotTimeout   = 15 * time.Minute
+	reapInterval             = 10 * time.Second
+)
+
+// DefaultROPaths are the host paths every sandbox sees, read-only, when the
+// settings name none.
+var DefaultROPaths = []string{
+	"/usr", "/bin", "/lib", "/lib64", "/sbin",
+	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
+	"/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
+}
+
+// Provider is the local bubblewrap provider. Create it with New and call
+// Configure before anything else.
+type Provider struct {
+	log *slog.Logger
+
+	mu         sync.Mutex // guards the configuration below
+	configured bool
+	s          settings
+	defaults   providers.SandboxDefaults
+
+	// stateMu serialises changes to the set of sandboxes, volumes and
+	// snapshots within this process; the flock on locks/state.lock does so
+	// across processes sharing one state_dir (see lock).
+	stateMu sync.Mutex
+	nextUID int // guarded by stateMu
+
+	cacheMu sync.Mutex
+	cache   map[string]*sandbox
+
+	flightMu sync.Mutex
+	flights  map[string]*flight
+	// builds counts snapshot builds this process ran.
+	builds atomic.Int64
+
+	reapOnce sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+}
+
+// settings are LocalSettings with defaults filled and paths resolved.
+type settings struct {
+	stateDir    string
+	roArgs      []string // bwrap arguments that recreate ro_paths
+	roPaths     []string
+	uidStart    int
+	uidSize     int
+	limits      rlimits
+	maxFileSize int64
+	bwrap       string
+	agentBin    string // host path of the agent binary bound into sandboxes
+	self        string // this binary, for the launcher role
+	isRoot      bool   // sandboxes get uids of their own
+}
+
+// New returns an unconfigured provider.
+func New() *Provider {
+	return &Provider{
+		log:     slog.Default().With("provider", "local"),
+		cache:   make(map[string]*sandbox),
+		flights: make(map[string]*flight),
+		stop:    make(chan struct{}),
+	}
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// Close stops the background reaper. Sandboxes keep running: they belong to
+// state_dir, not to this process.
+func (p *Provider) Close() error {
+	p.stopOnce.Do(func() { close(p.stop) })
+	return nil
+}
+
+// Info describes the provider.
+func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
+	return providers.Info{
+		Name:       "local",
+		Version:    Version,
+		APIVersion: providers.APIVersion,
+		Capabilities: providers.Capabilities{
+			Snapshots:      true,
+			Volumes:        true,
+			NamedSandboxes: true,
+			ListByLabels:   true,
+			ExecStreaming:  true,
+			FileAPI:        true,
+			PublicURL:      false,
+			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
+		},
+	}, nil
+}
+
+// Configure decodes config.LocalSettings, prepares state_dir, checks that
+// bubblewrap can start a sandbox here, and takes over the sandboxes a previous
+// plugin process left running.
+func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
+	var ls config.LocalSettings
+	if err := config.Decode(cfg.Settings, &ls); err != nil {
+		return providers.Errorf(providers.InvalidArgument, "configure", "provider.local settings: %v", err)
+	}
+	s, err := resolveSettings(ls)
+	if err != nil {
+		return err
+	}
+	isRoot := os.Geteuid() == 0
+	s.isRoot = isRoot
+	if err := prepareStateDir(s.stateDir, isRoot); err != nil {
+		return err
+	}
+	if s.self, err = os.Executable(); err != nil {
+		return providers.Wrap(providers.Internal, "configure", err)
+	}
+	if s.agentBin, err = installAgent(s.stateDir, s.self); err != nil {
+		return providers.Wrap(providers.Internal, "configure", err)
+	}
+	if err := probe(ctx, s); err != nil {
+		return err
+	}
+
+	p.mu.Lock()
+	p.s = s
+	p.defaults = cfg.Defaults
+	p.configured = true
+	p.mu.Unlock()
+	p.stateMu.Lock()
+	p.nextUID = s.uidStart
+	p.stateMu.Unlock()
+
+	p.reload()
+	p.reapOnce.Do(func() { go p.reapLoop() })
+	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", isRoot)
+	return nil
+}
+
+func resolveSettings(ls config.LocalSettings) (settings, error) {
+	bad := func(format string, args ...any) (settings, error) {
+		return settings{}, providers.Errorf(providers.InvalidArgument, "configure", "provider.local: "+format, args...)
+	}
+	if ls.StateDir == "" {
+		return bad("state_dir is required")
+	}
+	stateDir, err := filepath.Abs(ls.StateDir)
+	if err != nil {
+		return bad("state_dir: %v", err)
+	}
+	for name, v := range map[string]int{
+		"max_processes": ls.MaxProcesses, "max_file_size_mb": ls.MaxFileSizeMB, "max_cpu_seconds": ls.MaxCPUSeconds,
+		"max_address_space_mb": ls.MaxAddressSpaceMB, "max_open_files": ls.MaxOpenFiles,
+		"uid_range_start": ls.UIDRangeStart, "uid_range_size": ls.UIDRangeSize,
+	} {
+		if v < 0 {
+			return bad("%s must not be negative (0 = default)", name)
+		}
+	}
+	orDefault := func(v, d int) int {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	s := settings{
+		stateDir: stateDir,
+		uidStart: orDefault(ls.UIDRangeStart, defaultUIDRangeStart),
+		uidSize:  orDefault(ls.UIDRangeSize, defaultUIDRangeSize),
+		limits: rlimits{
+			NProc:  uint64(orDefault(ls.MaxProcesses, defaultMaxProcesses)),
+			FSize:  uint64(orDefault(ls.MaxFileSizeMB, defaultMaxFileSizeMB)) << 20,
+			CPU:    uint64(orDefault(ls.MaxCPUSeconds, defaultMaxCPUSeconds)),
+			AS:     uint64(orDefault(ls.MaxAddressSpaceMB, defaultMaxAddressSpaceMB)) << 20,
+			NoFile: uint64(orDefault(ls.MaxOpenFiles, defaultMaxOpenFiles)),
+		},
+	}
+	s.maxFileSize = int64(s.limits.FSize)
+	if s.uidStart+s.uidSize > 1<<31 {
+		return bad("uid range %d+%d is too large", s.uidStart, s.uidSize)
+	}
+
+	roPaths := ls.ROPaths
+	if roPaths == nil {
+		roPaths = DefaultROPaths
+	}
+	for _, rp := range roPaths {
+		if !cleanAbs(rp) || rp == "/" {
+			return bad("ro_paths: %q must be an absolute, clean path other than /", rp)
+		}
+		for _, r := range reservedPaths {
+			if overlaps(rp, r) {
+				return bad("ro_paths: %q overlaps %s, which the sandbox provides itself", rp, r)
+			}
+		}
+	}
+	s.roPaths = append([]string(nil), roPaths...)
+	sort.Strings(s.roPaths)
+	s.roArgs = roBindArgs(s.roPaths)
+
+	s.bwrap = ls.BwrapPath
+	if s.bwrap == "" {
+		s.bwrap = "bwrap"
+	}
+	if s.bwrap, err = exec.LookPath(s.bwrap); err != nil {
+		return settings{}, providers.Errorf(providers.FailedPrecondition, "configure",
+			"bubblewrap is not installed (%v): install the Debian package \"bubblewrap\" (apt-get install bubblewrap) or set provider.local.bwrap_path", err)
+	}
+	return s, nil
+}
+
+// reservedPaths are the sandbox's own mount points; ro_paths and volume
+// mounts may not cover them.
+var reservedPaths = []string{"/proc", "/dev", "/tmp", homePath, "/.sandstep", "/opt/sandstep"}
+
+// overlaps reports whether one of a and b is the other or lies below it.
+func overlaps(a, b string) bool {
+	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
+}
+
+// roBindArgs turns ro_paths into bwrap arguments. A path that is a symlink
+// (/bin -> usr/bin on merged-/usr systems) is recreated as the same symlink
+// when its target is visible in the sandbox, and otherwise (say
+// /etc/resolv.conf -> /run/...) its target is bound in its place. Missing
+// paths are skipped: one list serves several distributions.
+func roBindArgs(paths []string) []string {
+	visible := func(p string) bool {
+		for _, rp := range paths {
+			if p == rp || strings.HasPrefix(p, rp+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var args []string
+	for _, rp := range paths {
+		fi, err := os.Lstat(rp)
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			args = append(args, "--ro-bind", rp, rp)
+			continue
+		}
+		target, err1 := os.Readlink(rp)
+		resolved, err2 := filepath.EvalSymlinks(rp)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if visible(resolved) {
+			args = append(args, "--symlink", target, rp)
+		} else {
+			args = append(args, "--ro-bind", resolved, rp)
+		}
+	}
+	return args
+}
+
+// prepareStateDir creates state_dir's layout, private to the plugin's uid:
+// sandboxes reach their directories only through bind mounts. As root it
+// also makes sure stageDir is root's own directory, so no other user of /tmp
+// can put something in its place.
+func prepareStateDir(dir string, isRoot bool) error {
+	fail := func(err error) error { return providers.Wrap(providers.FailedPrecondition, "configure", err) }
+	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "bin", "locks"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return fail(fmt.Errorf("state_dir: %w", err))
+		}
+	}
+	if isRoot {
+		if err := ensureStageDir(); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+func ensureStageDir() error {
+	fi, err := os.Lstat(stageDir)
+	if err == nil {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if fi.IsDir() && ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0 {
+			return nil
+		}
+		if err := os.RemoveAll(stageDir); err != nil {
+			return fmt.Errorf("replacing %s: %w", stageDir, err)
+		}
+	}
+	if err := os.Mkdir(stageDir, 0o711); err != nil {
+		return fmt.Errorf("creating %s: %w", stageDir, err)
+	}
+	return os.Chmod(stageDir, 0o711)
+}
+
+// installAgent puts this binary in state_dir for sandboxes to bind. A hard
+// link costs nothing; a copy is made when linking is impossible or the
+// original is not executable by others (sandbox uids must execute it). The name follows the binary's size and mtime, so
+// plugin restarts reuse it and an upgraded plugin installs a new one.
+func installAgent(stateDir, exe string) (string, error) {
+	fi, err := os.Stat(exe)
+	if err != nil {
+		return "", fmt.Errorf("locating the provider binary: %w", err)
+	}
+	dst := filepath.Join(stateDir, "bin", fmt.Sprintf("agent-%x-%x", fi.Size(), fi.ModTime().UnixNano()))
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp := fmt.Sprintf("%s.tmp-%d", dst, os.Getpid())
+	os.Remove(tmp)
+	if fi.Mode().Perm()&0o005 != 0o005 || os.Link(exe, tmp) != nil {
+		if err := copyFile(exe, tmp, 0o755); err != nil {
+			return "", fmt.Errorf("installing the agent binary: %w", err)
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return "", fmt.Errorf("installing the agent binary: %w", err)
+	}
+	return dst, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(mode); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// probe starts one throw-away sandbox, so that a machine where user
+// namespaces are disabled or the agent cannot run fails at Configure with
+// bubblewrap's own words instead of at the first Create.
+func probe(ctx context.Context, s settings) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st := &stager{staged: s.isRoot}
+	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
+	args = append(args, s.roArgs...)
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--", agentPath, roleProbe)
+	uid := os.Getuid()
+	if s.isRoot {
+		uid = s.uidStart
+	}
+	cmd := st.command(ctx, s.self, s.bwrap, uid, args)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		return providers.Errorf(providers.FailedPrecondition, "configure",
+			"bubblewrap cannot start a sandbox here (%v): %s; unprivileged user namespaces must be enabled (user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where that sysctl exists), and as root the plugin needs CAP_SYS_ADMIN for a private mount namespace",
+			err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ready returns the settings, or an error before Configure.
+func (p *Provider) ready() (settings, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.configured {
+		return settings{}, providers.Errorf(providers.FailedPrecondition, "", "the local provider is not configured")
+	}
+	return p.s, nil
+}
+
+// reapLoop terminates expired sandboxes and cleans up after dead ones. The
+// agent ends a sandbox at its deadline or idle timeout by itself; this is
+// the second line, and the one that frees disk space.
+func (p *Provider) reapLoop() {
+	t := time.NewTicker(reapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.reap()
+		}
+	}
+}
+
+func (p *Provider) reap() {
+	recs, err := p.scanRecords()
+	if err != nil {
+		p.log.Warn("reaper: listing sandboxes", "err", err)
+		return
+	}
+	now := time.Now()
+	for _, rec := range recs {
+		switch {
+		case !rec.alive():
+			if !rec.starting() {
+				p.cleanup(rec)
+			}
+		case now.After(rec.ExpiresAt.Add(5 * time.Second)):
+			p.log.Info("reaper: terminating expired sandbox", "sandbox_id", rec.ID)
+			if err := p.Terminate(context.Background(), rec.ID); err != nil {
+				p.log.Warn("reaper: terminate", "sandbox_id", rec.ID, "err", err)
+			}
+		}
+	}
+}
+
+// reload takes over the sandboxes recorded in state_dir: the live ones are
+// known again, dead ones and half-built snapshots are cleaned up.
+func (p *Provider) reload() {
+	recs, err := p.scanRecords()
+	if err != nil {
+		p.log.Warn("reload: listing sandboxes", "err", err)
+	}
+	for _, rec := range recs {
+		switch {
+		case rec.alive():
+			p.remember(&sandbox{rec: rec})
+			p.log.Info("reload: sandbox is live", "sandbox_id", rec.ID, "name", rec.Name)
+		case !rec.starting():
+			p.cleanup(rec)
+		}
+	}
+	if s, err := p.ready(); err == nil {
+		p.cleanLeftovers(s)
+	}
+}

@@ -1,0 +1,153 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// The test binary is also the sandbox agent: sandboxes started by the tests
+// run it with a role argument.
+func TestMain(m *testing.M) {
+	RunSandboxRole()
+	os.Exit(m.Run())
+}
+
+// requireBwrap skips without bubblewrap, and fails under CI=true.
+func requireBwrap(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bubblewrap is not installed (Debian package bubblewrap): %v", err)
+		}
+		t.Skipf("bubblewrap is not installed (Debian package bubblewrap): %v", err)
+	}
+}
+
+type testEnv struct {
+	t     testing.TB
+	p     *Provider
+	dir   string
+	ctx   context.Context
+	extra config.LocalSettings
+}
+
+// newEnv configures a provider on a fresh state_dir. A state_dir below the
+// test's own temp dir proves that it need not be reachable by sandbox uids.
+func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
+	t.Helper()
+	requireBwrap(t)
+	ls := config.LocalSettings{StateDir: t.TempDir()}
+	if mod != nil {
+		mod(&ls)
+	}
+	e := &testEnv{t: t, dir: ls.StateDir, ctx: context.Background(), extra: ls}
+	e.p = e.newProvider()
+	t.Cleanup(func() {
+		sbs, _ := e.p.List(context.Background(), providers.ListFilter{})
+		for _, sb := range sbs {
+			_ = e.p.Terminate(context.Background(), sb.ID)
+		}
+		e.p.Close()
+	})
+	return e
+}
+
+func (e *testEnv) newProvider() *Provider {
+	e.t.Helper()
+	b, err := json.Marshal(e.extra)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	p := New()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.Configure(ctx, providers.Config{
+		Settings: b,
+		Defaults: providers.SandboxDefaults{Lifetime: 10 * time.Minute, ExecTimeout: time.Minute},
+	}); err != nil {
+		e.t.Fatalf("Configure: %v", err)
+	}
+	return p
+}
+
+func (e *testEnv) create(spec providers.CreateSpec) providers.Sandbox {
+	e.t.Helper()
+	sb, err := e.p.Create(e.ctx, spec)
+	if err != nil {
+		e.t.Fatalf("Create: %v", err)
+	}
+	return sb
+}
+
+type execOut struct {
+	providers.ExecResult
+	stdout, stderr string
+}
+
+func (e *testEnv) exec(id string, req providers.ExecRequest) execOut {
+	e.t.Helper()
+	var out, errb bytes.Buffer
+	req.Stdout, req.Stderr = &out, &errb
+	res, err := e.p.Exec(e.ctx, id, req)
+	if err != nil {
+		e.t.Fatalf("Exec(%q %q): %v", req.Argv, req.Shell, err)
+	}
+	return execOut{res, out.String(), errb.String()}
+}
+
+// sh runs a shell command that must succeed and returns its stdout.
+func (e *testEnv) sh(id, script string) string {
+	e.t.Helper()
+	r := e.exec(id, providers.ExecRequest{Shell: script})
+	if r.ExitCode != 0 {
+		e.t.Fatalf("%q exited %d (signal %q, timed out %v); stderr: %s", script, r.ExitCode, r.Signal, r.TimedOut, r.stderr)
+	}
+	return r.stdout
+}
+
+func (e *testEnv) write(id, path string, content []byte) {
+	e.t.Helper()
+	if err := e.p.WriteFile(e.ctx, id, providers.WriteFileRequest{Path: path, Content: bytes.NewReader(content)}); err != nil {
+		e.t.Fatalf("WriteFile(%s): %v", path, err)
+	}
+}
+
+func (e *testEnv) read(id string, req providers.ReadFileRequest) []byte {
+	e.t.Helper()
+	var buf bytes.Buffer
+	n, err := e.p.ReadFile(e.ctx, id, req, &buf)
+	if err != nil {
+		e.t.Fatalf("ReadFile(%s): %v", req.Path, err)
+	}
+	if n != int64(buf.Len()) {
+		e.t.Errorf("ReadFile(%s) reported %d bytes, wrote %d", req.Path, n, buf.Len())
+	}
+	return buf.Bytes()
+}
+
+func wantCode(t testing.TB, what string, err error, code providers.Code) {
+	t.Helper()
+	if got := providers.CodeOf(err); got != code {
+		t.Errorf("%s: error %v (code %s), want code %s", what, err, got, code)
+	}
+}
+
+// lines splits output into trimmed non-empty lines.
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package local
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/sandstep/sandstep/providers"
+)
+
+// The plugin talks to the agent inside a sandbox over a unix socket, one
+// connection per request. A frame is a type byte, a big-endian uint32 length
+// and the payload. The plugin opens with a header frame (a JSON request);
+// then both sides send the frames the operation needs; the agent ends with a
+// result frame (JSON) and closes. Binary data travels raw, never in JSON.
+const (
+	frameHeader byte = 'H' // JSON: request (plugin) or open reply of a read (agent)
+	frameStdin  byte = 'i' // stdin bytes; empty = end of stdin
+	frameStdout byte = 'o'
+	frameStderr byte = 'e'
+	frameData   byte = 'd' // file bytes; empty = end of file
+	frameResult byte = 'R' // JSON result; the agent's last frame
+)
+
+// maxFrame bounds a frame so that a confused peer cannot make the other side
+// allocate without limit; chunks are far smaller.
+const (
+	maxFrame  = 1 << 20
+	chunkSize = 256 << 10
+)
+
+const (
+	opExec  = "exec"
+	opWrite = "write"
+	opRead  = "read"
+	opList  = "list"
+	opPing  = "ping"
+)
+
+type request struct {
+	Op string `json:"op"`
+
+	// exec
+	Argv      []string          `json:"argv,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+
+	// files
+	Path   string `json:"path,omitempty"`
+	Mode   uint32 `json:"mode,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Limit  int64  `json:"limit,omitempty"`
+}
+
+// wireError carries a coded error across the socket; both ends are the same
+// binary, so the code travels as its number.
+type wireError struct {
+	Code    providers.Code `json:"code"`
+	Message string         `json:"message"`
+}
+
+type result struct {
+	Error *wireError `json:"error,omitempty"`
+
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	DurationNS int64  `json:"duration_ns,omitempty"`
+
+	Bytes   int64      `json:"bytes,omitempty"`
+	Entries []wireFile `json:"entries,omitempty"`
+}
+
+type wireFile struct {
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"`
+	IsDir   bool      `json:"is_dir"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+func errResult(code providers.Code, format string, args ...any) result {
+	return result{Error: &wireError{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+// err turns a wire error back into a coded provider error.
+func (e *wireError) err(op string) error {
+	if e == nil {
+		return nil
+	}
+	return providers.Errorf(e.Code, op, "%s", e.Message)
+}
+
+// frameWriter serialises frames from several goroutines (stdout and stderr
+// pumps share one connection).
+type frameWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (fw *frameWriter) write(typ byte, payload []byte) error {
+	var hdr [5]byte
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if c, ok := fw.w.(net.Conn); ok {
+		bufs := net.Buffers{hdr[:], payload}
+		_, err := bufs.WriteTo(c)
+		return err
+	}
+	if _, err := fw.w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := fw.w.Write(payload)
+	return err
+}
+
+func (fw *frameWriter) writeJSON(typ byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return fw.write(typ, b)
+}
+
+type frameReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func newFrameReader(r io.Reader) *frameReader {
+	return &frameReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+// next returns the next frame. The payload is only valid until the next call.
+func (fr *frameReader) next() (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > maxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes exceeds the %d byte limit", n, maxFrame)
+	}
+	if cap(fr.buf) < int(n) {
+		fr.buf = make([]byte, n)
+	}
+	b := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, b); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return hdr[0], b, nil
+}
