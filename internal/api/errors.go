@@ -1,0 +1,80 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// Error codes of the API's error responses.
+const (
+	CodeInvalidArgument  = "invalid_argument"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeNotFound         = "not_found"
+	CodeConflict         = "conflict"
+	CodePayloadTooLarge  = "payload_too_large"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeUnavailable      = "unavailable"
+	CodeInternal         = "internal"
+)
+
+// Error is an error response: {"error":{...}} with Status.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the request field at fault, when exactly one is.
+	Field string `json:"field,omitempty"`
+	// JobID and JobStatus describe the job an error is about, where the
+	// caller needs them: a job created whose execution did not start, a
+	// job that already finished.
+	JobID     string `json:"job_id,omitempty"`
+	JobStatus string `json:"status,omitempty"`
+	// RetryAfter, in seconds, is sent as Retry-After when set.
+	RetryAfter int `json:"-"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%d %s (%s): %s", e.Status, e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Message)
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidArgument, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+func jobNotFound(id string) *Error {
+	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("job %q not found", id)}
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	_ = writeJSON(w, e.Status, struct {
+		Error *Error `json:"error"`
+	}{e})
+}
+
+// writeJSON sends v as the whole response. HTML is not escaped: the API
+// is not a web page, and escaping would turn a report's "&" into "\u0026".
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, err := w.Write(buf.Bytes())
+	return err
+}
