@@ -299,7 +299,8 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 		id = *body.JobID
 	}
 	c.jobID = id
-	ctx := r.Context()
+	ctx, cancel := detached(r)
+	defer cancel()
 	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: id, Tenant: c.tenant, Request: raw, RequestHash: hash})
 	switch {
 	case errors.Is(err, store.ErrConflict):
@@ -324,6 +325,20 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 		status = http.StatusAccepted
 	}
 	return writeJSON(w, status, submitResponse{JobID: job.ID, Status: viewStatus(job), Links: jobLinks(job.ID)})
+}
+
+// detachedTimeout bounds work that goes on after the client left.
+const detachedTimeout = 30 * time.Second
+
+// detached returns a context for writes that must not stop halfway when the
+// client disconnects (a job created but not started, a cancel recorded but
+// not passed on). It keeps the request's deadline, if any (the Lambda's).
+func detached(r *http.Request) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(r.Context())
+	if dl, ok := r.Context().Deadline(); ok {
+		return context.WithDeadline(ctx, dl)
+	}
+	return context.WithTimeout(ctx, detachedTimeout)
 }
 
 // start starts the job's execution and records its id. Start is idempotent
@@ -469,14 +484,16 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
 	if viewStatus(job).Terminal() {
 		return finished(job)
 	}
-	job, err = s.opts.Store.RequestCancel(r.Context(), job.ID)
+	ctx, cancel := detached(r)
+	defer cancel()
+	job, err = s.opts.Store.RequestCancel(ctx, job.ID)
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		return finished(job)
 	case err != nil:
 		return err
 	}
-	if err := s.opts.Executor.Cancel(r.Context(), job.ID, job.ExecutionID); err != nil {
+	if err := s.opts.Executor.Cancel(ctx, job.ID, job.ExecutionID); err != nil {
 		// The cancel is recorded and the phases stop on it; the reaper is
 		// the backstop. The caller has nothing to retry.
 		c.cause = fmt.Errorf("executor cancel: %w", err)
