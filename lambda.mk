@@ -7,17 +7,18 @@
 # with config.toml beside it; the layer holds the provider plugins in plugins/, which
 # Lambda mounts at /opt/plugins.
 
+# Recursive (=) on purpose: git runs only when a build-* recipe does, not whenever
+# the including Makefile is read. sam builds in a copy without .git: version "dev".
 LAMBDA_GO      ?= go
 LAMBDA_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LAMBDA_LDFLAGS := -s -w -X github.com/sandstep/sandstep/internal/version.Version=$(LAMBDA_VERSION)
-LAMBDA_ENV     := GOOS=linux GOARCH=arm64 CGO_ENABLED=0
-# lambda.norpc drops aws-lambda-go's RPC mode, which provided runtimes never use.
-LAMBDA_GOBUILD := $(LAMBDA_ENV) $(LAMBDA_GO) build -trimpath -ldflags '$(LAMBDA_LDFLAGS)'
+LAMBDA_LDFLAGS  = -s -w -X github.com/sandstep/sandstep/internal/version.Version=$(LAMBDA_VERSION)
+LAMBDA_GOBUILD  = GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(LAMBDA_GO) build -trimpath -ldflags '$(LAMBDA_LDFLAGS)'
 
 # Expanded only when a recipe runs, so including this file costs other targets nothing.
 lambda-artifacts = $(if $(strip $(ARTIFACTS_DIR)),$(ARTIFACTS_DIR),$(error ARTIFACTS_DIR is not set: sam build sets it; by hand, pass ARTIFACTS_DIR=<folder>))
 
-# $(call lambda-function,<folder under functions/>)
+# $(call lambda-function,<folder under functions/>). lambda.norpc drops aws-lambda-go's
+# RPC mode, which provided runtimes never use.
 define lambda-function
 	@mkdir -p '$(lambda-artifacts)'
 	$(LAMBDA_GOBUILD) -tags lambda.norpc -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
