@@ -25,8 +25,8 @@ import (
 )
 
 // File descriptors the plugin hands to bubblewrap, which passes them on to
-// the agent (bwrap's own pid 1 closes them; the agent is its only child).
-// fd 3 is bwrap's --info-fd, which bwrap closes before starting the agent.
+// the agent. fd 3 is bwrap's --info-fd, which bwrap closes before starting
+// the agent.
 const (
 	fdInfo     = 3
 	fdReady    = 4 // the agent writes "ready\n" once it accepts requests
@@ -60,9 +60,15 @@ type agent struct {
 func runAgent() int {
 	closeInheritedFDs(fdReady, fdListener, fdConfig)
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("role", "agent")
-	// The plugin that reads our stderr may be gone (restarted); a write to
-	// the broken pipe must fail, not kill the sandbox.
-	signal.Ignore(syscall.SIGPIPE)
+	// The agent is the sandbox's pid 1 (bwrap --as-pid-1): when it ends, the
+	// kernel ends every process in the sandbox, and from inside the
+	// sandbox it receives only the signals it handles. So it handles all of
+	// them and acts on none but SIGCHLD; with every signal caught rather
+	// than ignored, the commands it starts get default dispositions. This
+	// also keeps a broken stderr pipe (a restarted plugin) from killing it.
+	sigs := make(chan os.Signal, 64)
+	signal.Notify(sigs)
+	go reapOrphans(sigs)
 
 	var cfg agentConfig
 	cf := os.NewFile(fdConfig, "config")
@@ -162,12 +168,32 @@ func (a *agent) watchLifetime() {
 	}
 }
 
-// shutdown kills every process of the sandbox and exits; bwrap's pid 1 then
-// has no children left and exits too, which ends the pid namespace.
+// shutdown ends the sandbox: the kernel kills every process in a pid
+// namespace whose pid 1 exits.
 func (a *agent) shutdown(reason string) {
 	a.log.Info("sandbox ending", "reason", reason)
-	_ = syscall.Kill(-1, syscall.SIGKILL)
 	os.Exit(0)
+}
+
+// reapOrphans reaps every child that ends: the shims, and as pid 1 the
+// processes orphaned when a shim is killed from inside the sandbox.
+// Shims report through their status pipe, so no one waits for them.
+func reapOrphans(sigs <-chan os.Signal) {
+	for sig := range sigs {
+		if sig != syscall.SIGCHLD {
+			continue
+		}
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+		}
+	}
 }
 
 func (a *agent) handle(conn net.Conn) {
@@ -313,8 +339,8 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 		}
 		return fail(code, "starting command: %v", startErr)
 	}
-	// The shim lives on while background descendants run; reap it whenever.
-	go func() { _ = cmd.Wait() }()
+	// cmd.Wait is never called: reapOrphans reaps the shim when it ends,
+	// which is when the last of its background descendants has.
 
 	fwd := &forwarder{fw: fw, on: true}
 	outDone, errDone := make(chan struct{}), make(chan struct{})
@@ -324,7 +350,7 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 	go func() {
 		var st shimStatus
 		if err := json.NewDecoder(statusR).Decode(&st); err != nil {
-			st = shimStatus{Status: -1, Error: "the exec supervisor ended without a status"}
+			st = shimStatus{Status: -1, Error: "the exec's supervisor was killed before the command ended (by a process in the sandbox?)"}
 		}
 		statusCh <- st
 	}()

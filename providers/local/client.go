@@ -82,8 +82,13 @@ func (c *conn) broken(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return providers.Wrap(providers.DeadlineExceeded, c.op, ctx.Err())
 	}
-	if !c.sb.rec.alive() {
-		return providers.Errorf(providers.NotFound, c.op, "sandbox %s ended during the request", c.sb.rec.ID)
+	// When the agent dies, pid 1 follows a moment later: give it that
+	// moment before calling the failure transient.
+	for range 100 {
+		if !c.sb.rec.alive() {
+			return providers.Errorf(providers.NotFound, c.op, "sandbox %s ended during the request", c.sb.rec.ID)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return providers.Wrap(providers.Unavailable, c.op, fmt.Errorf("sandbox %s: %w", c.sb.rec.ID, err))
 }

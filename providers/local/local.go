@@ -10,7 +10,7 @@
 // range, so that RLIMIT_NPROC counts per sandbox (the kernel does not enforce
 // it for uid 0, not even inside a user namespace root created).
 //
-// PID 1's only child inside is the provider binary itself in agent mode (see
+// PID 1 inside is the provider binary itself in agent mode (see
 // RunSandboxRole). It listens on a unix socket the plugin created and passed
 // in, runs commands under a per-exec subreaper shim and does file operations
 // as the sandbox user inside the sandbox's mount namespace, so a symlink made

@@ -151,3 +151,31 @@ func lines(s string) []string {
 	}
 	return out
 }
+
+func dirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// worldReadableDir is a host directory every uid could read, were it not
+// for the sandbox's mount namespace (t.TempDir's parent is private).
+func worldReadableDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sandstep-host-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

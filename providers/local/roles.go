@@ -19,9 +19,9 @@ import (
 const (
 	roleLaunch = "__sandstep_launch"
 	roleAgent  = "__sandstep_agent"
-	roleShim  = "__sandstep_shim"
-	roleExec  = "__sandstep_exec"
-	roleProbe = "__sandstep_probe"
+	roleShim   = "__sandstep_shim"
+	roleExec   = "__sandstep_exec"
+	roleProbe  = "__sandstep_probe"
 )
 
 // RunSandboxRole runs the in-sandbox side of the provider when the process was

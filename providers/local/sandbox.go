@@ -509,7 +509,7 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	if rec.Network == providers.NetworkAll {
 		args = append(args, "--share-net")
 	}
-	args = append(args, "--unshare-user", "--disable-userns",
+	args = append(args, "--unshare-user", "--disable-userns", "--as-pid-1",
 		"--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID),
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
 	args = append(args, s.roArgs...)
