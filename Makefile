@@ -12,6 +12,8 @@ PLUGINS   := $(notdir $(wildcard providers/*/cmd/sandstep-provider-*))
 # Race detector where affordable: the whole tree on 2 cores stays well under CI's budget.
 TESTFLAGS ?= -race -timeout 20m
 
+include lambda.mk
+
 .PHONY: build cli plugins deps proto test vet asl unit bench run clean
 
 build: cli plugins

@@ -18,10 +18,11 @@ LAMBDA_GOBUILD  = GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(LAMBDA_GO) build -trim
 lambda-artifacts = $(if $(strip $(ARTIFACTS_DIR)),$(ARTIFACTS_DIR),$(error ARTIFACTS_DIR is not set: sam build sets it; by hand, pass ARTIFACTS_DIR=<folder>))
 
 # $(call lambda-function,<folder under functions/>). lambda.norpc drops aws-lambda-go's
-# RPC mode, which provided runtimes never use.
+# RPC mode, which provided runtimes never use; grpcnotrace drops grpc's x/net/trace
+# debug pages (about 3 MB) that nothing serves in a Lambda.
 define lambda-function
 	@mkdir -p '$(lambda-artifacts)'
-	$(LAMBDA_GOBUILD) -tags lambda.norpc -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
+	$(LAMBDA_GOBUILD) -tags lambda.norpc,grpcnotrace -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
 	cp config.toml '$(lambda-artifacts)/config.toml'
 endef
 

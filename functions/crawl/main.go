@@ -3,20 +3,21 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/sandstep/sandstep/internal/app"
+	"github.com/sandstep/sandstep/internal/providerhost"
 )
 
 func main() {
-	a, err := app.FromLambdaEnv(context.Background())
+	a, err := app.FromLambdaEnv()
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
+	a.UseProvider(providerhost.Lambda(a.Config, a.Logger))
 	lambda.Start(a.Phases.Crawl)
 }

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
 
@@ -13,7 +12,7 @@ import (
 )
 
 func main() {
-	a, err := app.FromLambdaEnv(context.Background())
+	a, err := app.FromLambdaEnv()
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)

@@ -5,21 +5,19 @@
 package app
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/providerhost"
 	"github.com/sandstep/sandstep/internal/research"
 	"github.com/sandstep/sandstep/internal/store"
-	"github.com/sandstep/sandstep/providers/plugin"
+	"github.com/sandstep/sandstep/providers"
 )
 
 // Environment variables the Lambdas read (set by template.yaml).
@@ -32,48 +30,37 @@ const (
 
 // App is the assembled application.
 type App struct {
-	Config   *config.Config
-	Store    *store.Store
-	Provider *plugin.Client
-	Phases   *research.Phases
-	Logger   *slog.Logger
+	Config *config.Config
+	Store  *store.Store
+	Phases *research.Phases
+	Logger *slog.Logger
 }
 
-// New wires an App around a store. The provider plugin starts here, once per
-// process: warm Lambda invocations reuse it, and it restarts on its own if it
-// dies.
-func New(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger) (*App, error) {
-	prov, err := providerhost.Open(ctx, cfg, "", logger)
-	if err != nil {
-		return nil, err
-	}
+// New wires an App around a store, without a provider: phases that touch a
+// sandbox get one with UseProvider. This package does not import the plugin
+// glue so that Lambdas which never open a sandbox (discover, report) do not
+// link gRPC and stay small.
+func New(cfg *config.Config, st *store.Store, logger *slog.Logger) *App {
 	return &App{
-		Config:   cfg,
-		Store:    st,
-		Provider: prov,
-		Logger:   logger,
+		Config: cfg,
+		Store:  st,
+		Logger: logger,
 		Phases: &research.Phases{
 			Store:        st,
-			Provider:     prov,
 			ProviderName: cfg.Provider.Name,
 			Config:       cfg,
 			Logger:       logger,
 		},
-	}, nil
+	}
 }
 
-// Close stops the provider plugin.
-func (a *App) Close() error {
-	if a.Provider != nil {
-		return a.Provider.Close()
-	}
-	return nil
-}
+// UseProvider gives the phases their sandbox provider.
+func (a *App) UseProvider(p providers.Provider) { a.Phases.Provider = p }
 
 // FromLambdaEnv assembles the App inside a Lambda: config.toml shipped with
-// the function, plugins from the providers layer, tables named by prefix,
-// AWS credentials from the execution role (never passed to the plugin).
-func FromLambdaEnv(ctx context.Context) (*App, error) {
+// the function, plugins from the providers layer (SANDSTEP_PLUGIN_DIR), tables
+// named by prefix, AWS credentials from the execution role.
+func FromLambdaEnv() (*App, error) {
 	logger := NewLogger(os.Stderr, os.Getenv(EnvLogLevel))
 	slog.SetDefault(logger)
 	cfg, err := config.Load(config.DefaultPath())
@@ -87,11 +74,19 @@ func FromLambdaEnv(ctx context.Context) (*App, error) {
 	if prefix == "" {
 		return nil, errors.New(EnvTablePrefix + " is not set")
 	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("aws config: %w", err)
+	return New(cfg, store.New(dynamodb.NewFromConfig(LambdaAWSConfig()), prefix), logger), nil
+}
+
+// LambdaAWSConfig is the SDK configuration inside Lambda: the region and the
+// execution role's credentials are in the environment. Reading them directly
+// instead of through the SDK's config package (shared files, SSO, IMDS) keeps
+// several megabytes out of every bootstrap.
+func LambdaAWSConfig() aws.Config {
+	return aws.Config{
+		Region: os.Getenv("AWS_REGION"),
+		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(
+			os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))),
 	}
-	return New(ctx, cfg, store.New(dynamodb.NewFromConfig(awsCfg), prefix), logger)
 }
 
 // NewLogger returns a JSON slog logger at the named level (debug, info,

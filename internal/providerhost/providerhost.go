@@ -41,3 +41,15 @@ func Open(ctx context.Context, cfg *config.Config, name string, logger *slog.Log
 		Logger:   logger,
 	})
 }
+
+// Lambda opens the configured provider in a Lambda's init: once per
+// execution environment, so warm invocations reuse the plugin. A failure is
+// fatal, as Lambda retries a failed init with a fresh environment.
+func Lambda(cfg *config.Config, logger *slog.Logger) *plugin.Client {
+	p, err := Open(context.Background(), cfg, "", logger)
+	if err != nil {
+		logger.Error("init: provider", "err", err)
+		os.Exit(1)
+	}
+	return p
+}

@@ -20,8 +20,9 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/providers"
 )
 
 // Phases are the deep-research phases with what they need. The zero values of
@@ -76,15 +77,6 @@ func (p *Phases) now() time.Time {
 	return time.Now()
 }
 
-// Request is a submitted deep-research request, as stored on the job.
-type Request struct {
-	Query        string   `json:"query"`
-	Mode         string   `json:"mode"`
-	Optimization string   `json:"optimization"`
-	SeedURLs     []string `json:"seed_urls,omitempty"`
-	JobID        string   `json:"job_id,omitempty"`
-}
-
 // EventData is the payload of a progress event: a stage (one of the step
 // ids or "job"), its status and a human message, with optional progress.
 type EventData struct {
@@ -102,7 +94,7 @@ type EventData struct {
 type run struct {
 	p      *Phases
 	job    store.Job
-	req    Request
+	req    api.JobRequest
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -128,7 +120,7 @@ func (p *Phases) begin(ctx context.Context, phase string, in Input) (*run, error
 	if job.Status.Terminal() {
 		return nil, &BadInput{Message: fmt.Sprintf("job %s already ended %s", job.ID, job.Status)}
 	}
-	var req Request
+	var req api.JobRequest
 	if err := json.Unmarshal(job.Request, &req); err != nil {
 		return nil, &BadInput{Message: fmt.Sprintf("job %s: stored request: %v", job.ID, err)}
 	}

@@ -1,0 +1,40 @@
+// Command api is sandstep's HTTP API as a Lambda behind an API Gateway HTTP
+// API; `sandstep serve` serves the same handler with net/http.
+package main
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/aws/aws-sdk-go-v2/service/sfn"
+
+	"github.com/sandstep/sandstep/internal/api"
+	"github.com/sandstep/sandstep/internal/app"
+	"github.com/sandstep/sandstep/internal/engine"
+	"github.com/sandstep/sandstep/internal/providerhost"
+)
+
+func main() {
+	a, err := app.FromLambdaEnv()
+	if err != nil {
+		slog.Error("init", "err", err)
+		os.Exit(1)
+	}
+	auth, err := api.NewAuthenticator(a.Config.Auth, os.Getenv, "")
+	if err != nil {
+		slog.Error("init", "err", err)
+		os.Exit(1)
+	}
+	h := api.New(api.Options{
+		Store: a.Store,
+		Executor: &engine.StepFunctions{
+			Client:          sfn.NewFromConfig(app.LambdaAWSConfig()),
+			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
+		},
+		Provider: providerhost.Lambda(a.Config, a.Logger),
+		Auth:     auth,
+		Logger:   a.Logger,
+	})
+	lambda.Start(api.LambdaHandler(h))
+}
