@@ -42,6 +42,7 @@ func Cases() []Case {
 
 		{Name: "snapshots", Requires: hasSnapshots, Run: caseSnapshots},
 		{Name: "snapshot-failed-setup", Requires: hasSnapshots, Run: caseSnapshotFailedSetup},
+		{Name: "snapshot-delete-in-use", Requires: hasSnapshots, Run: caseSnapshotDeleteInUse},
 
 		{Name: "network-none", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkNone) }, Run: caseNetworkNone},
 		{Name: "network-allowlist", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkAllowlist) }, Run: caseNetworkAllowlist},

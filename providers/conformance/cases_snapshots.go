@@ -112,6 +112,13 @@ func caseSnapshots(t T, p providers.Provider) {
 		t.Errorf("a sandbox not booted from the snapshot sees its files: %q", out)
 	}
 
+	// Deleting is the subject of snapshot-delete-in-use; here no sandbox
+	// uses the snapshot any more.
+	for _, id := range []string{sb.ID, plain.ID} {
+		if err := p.Terminate(f.ctx, id); err != nil {
+			t.Fatalf("Terminate: %v", err)
+		}
+	}
 	for i := range 2 {
 		if err := p.DeleteSnapshot(f.ctx, slug); err != nil {
 			t.Errorf("DeleteSnapshot #%d: %v", i+1, err)
@@ -119,9 +126,6 @@ func caseSnapshots(t T, p providers.Provider) {
 	}
 	_, err = p.GetSnapshot(f.ctx, slug)
 	f.wantCode("GetSnapshot after DeleteSnapshot", err, providers.NotFound)
-	if out := f.sh(sb.ID, "cat "+dir+"/builds.txt"); out != "built\n" {
-		t.Errorf("a sandbox booted from a deleted snapshot lost its contents: %q", out)
-	}
 	_, err = f.tryCreate(providers.CreateSpec{Snapshot: slug})
 	f.wantCode("Create from a deleted snapshot", err, providers.NotFound)
 
@@ -153,4 +157,33 @@ func caseSnapshotFailedSetup(t T, p providers.Provider) {
 	f.wantCode("GetSnapshot after a failed build", err, providers.NotFound)
 	_, err = f.tryCreate(providers.CreateSpec{Snapshot: slug})
 	f.wantCode("Create from a snapshot whose build failed", err, providers.NotFound)
+}
+
+func caseSnapshotDeleteInUse(t T, p providers.Provider) {
+	f := newFix(t, p)
+	dir := f.snapshotDir()
+	slug := f.unique("snap")
+	f.deleteSnapshotLater(slug)
+	_, err := p.EnsureSnapshot(f.ctx, providers.SnapshotSpec{
+		Slug:    slug,
+		Setup:   []string{fmt.Sprintf("mkdir -p %[1]s && echo kept > %[1]s/kept.txt", dir)},
+		Labels:  f.labels(),
+		Timeout: f.e.scale(2 * time.Minute),
+	})
+	if err != nil {
+		t.Fatalf("EnsureSnapshot: %v", err)
+	}
+	sb := f.create(providers.CreateSpec{Snapshot: slug})
+	// The protocol: sandboxes already booted from a snapshot keep running
+	// when it is deleted, and keep its contents.
+	if err := p.DeleteSnapshot(f.ctx, slug); err != nil {
+		t.Fatalf("DeleteSnapshot while a sandbox booted from it runs: %v", err)
+	}
+	_, err = p.GetSnapshot(f.ctx, slug)
+	f.wantCode("GetSnapshot after DeleteSnapshot", err, providers.NotFound)
+	if out := f.sh(sb.ID, "cat "+dir+"/kept.txt"); out != "kept\n" {
+		t.Errorf("a sandbox booted from a deleted snapshot lost its contents: %q", out)
+	}
+	_, err = f.tryCreate(providers.CreateSpec{Snapshot: slug})
+	f.wantCode("Create from a deleted snapshot", err, providers.NotFound)
 }

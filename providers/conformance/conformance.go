@@ -87,8 +87,9 @@ type Options struct {
 	Verbose bool
 }
 
-// DefaultSnapshotDir is Options.SnapshotDir when unset.
-const DefaultSnapshotDir = "/opt/snapshot"
+// DefaultSnapshotDir is Options.SnapshotDir when unset: where the local
+// provider mounts a snapshot's tree.
+const DefaultSnapshotDir = "/opt/sandstep/snapshot"
 
 // Status is a case's outcome.
 type Status string
