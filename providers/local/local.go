@@ -414,7 +414,7 @@ func probe(ctx context.Context, s settings) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st := &stager{staged: s.isRoot}
-	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
+	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
 	args = append(args, s.roArgs...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--", agentPath, roleProbe)
 	uid := os.Getuid()

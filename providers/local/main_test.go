@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strings"
@@ -45,7 +46,9 @@ type testEnv struct {
 func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
 	t.Helper()
 	requireBwrap(t)
-	ls := config.LocalSettings{StateDir: t.TempDir()}
+	// A uid range of its own, so that counting a sandbox's host processes
+	// by uid sees no other test's (or other program's) sandboxes.
+	ls := config.LocalSettings{StateDir: t.TempDir(), UIDRangeStart: 300000 + rand.IntN(100000)*64, UIDRangeSize: 64}
 	if mod != nil {
 		mod(&ls)
 	}

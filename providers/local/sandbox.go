@@ -814,6 +814,17 @@ func (p *Provider) cleanup(rec sandboxRecord) {
 	if err != nil {
 		return
 	}
+	p.cacheMu.Lock()
+	sb := p.cache[rec.ID]
+	p.cacheMu.Unlock()
+	if sb != nil && sb.exited != nil {
+		// bwrap follows its pid 1 within moments; reap it before the
+		// sandbox counts as gone.
+		select {
+		case <-sb.exited:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	p.forget(rec.ID)
 	if err := removeAll(s.sandboxDir(rec.ID)); err != nil {
 		p.log.Warn("removing sandbox directory", "sandbox_id", rec.ID, "err", err)

@@ -177,8 +177,8 @@ func hostProcsOf(uid int) []string {
 	for _, ps := range readProcs() {
 		fi, err := os.Stat(fmt.Sprintf("/proc/%d", ps.pid))
 		if err == nil && int(fi.Sys().(*syscall.Stat_t).Uid) == uid {
-			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ps.pid))
-			out = append(out, fmt.Sprintf("%d %c %q", ps.pid, ps.state, cmd))
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ps.pid))
+			out = append(out, fmt.Sprintf("pid %d ppid %d %c %q", ps.pid, ps.ppid, ps.state, cmd))
 		}
 	}
 	return out
