@@ -28,7 +28,6 @@ type T interface {
 	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
 	Skipf(format string, args ...any)
-	Failed() bool
 	Cleanup(func())
 	// Context is cancelled when the case's time is up. Cleanup functions
 	// must not rely on it: go test cancels it before they run.
@@ -157,11 +156,13 @@ func Run(t *testing.T, p providers.Provider, opts Options) {
 	})
 }
 
-// RunAll runs the suite outside of go test, for the command line. Each case
-// runs in its own goroutine, bounded by its timeout; a line
-// "PASS|FAIL|SKIP name (duration)" is written to w as each one ends,
-// followed by its messages when it failed or was skipped. A final
-// "no-leaks" entry checks that nothing the run created is left.
+// RunAll runs the suite outside of go test, for the command line. It writes
+// "conformance run ID against NAME VERSION", then, as each case ends, a
+// line "PASS|FAIL|SKIP name (duration)" followed, indented, by its messages
+// when it failed or was skipped (always with Options.Verbose). Each case
+// runs in its own goroutine, bounded by its timeout. A final "no-leaks"
+// entry checks that nothing the run created is left. Cases filtered out by
+// Only/Skip are not reported at all.
 func RunAll(ctx context.Context, p providers.Provider, opts Options, w io.Writer) Summary {
 	var (
 		sum Summary
@@ -296,12 +297,6 @@ func (r *runT) Fatalf(format string, args ...any) {
 func (r *runT) Skipf(format string, args ...any) {
 	r.record(Skip, fmt.Sprintf(format, args...))
 	runtime.Goexit()
-}
-
-func (r *runT) Failed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status == Fail
 }
 
 func (r *runT) Cleanup(f func()) {
