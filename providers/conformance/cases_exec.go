@@ -245,7 +245,7 @@ func caseExecTimeout(t T, p providers.Provider) {
 	f := newFix(t, p)
 	sb := f.sandbox()
 	marker := "cfmark" + f.e.runID + randomID()
-	r := f.exec(sb.ID, providers.ExecRequest{Shell: treeScript(marker), Timeout: f.e.scale(3 * time.Second)})
+	r := f.exec(sb.ID, providers.ExecRequest{Shell: treeScript(marker), Timeout: f.e.scale(5 * time.Second)})
 	if !strings.Contains(r.Stdout, "started") {
 		t.Fatalf("the command never started its grandchild (stdout %q, stderr %s, exit %d)", r.Stdout, clip(r.Stderr), r.ExitCode)
 	}
