@@ -30,6 +30,7 @@ func commands() map[string]command {
 		"version":     {"print the version", runVersion},
 		"plugins":     {"list provider plugins with their versions and capabilities", runPlugins},
 		"conformance": {"run the provider conformance suite against a configured provider", runConformance},
+		"serve":       {"run the local stack: DynamoDB Local, the provider, the engine and the HTTP API", runServe},
 	}
 }
 

@@ -136,3 +136,11 @@ func absPath(p string) string {
 func quietLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
+
+func absDir(p string) (string, error) {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p, err)
+	}
+	return a, nil
+}

@@ -383,7 +383,9 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 		return CleanupOutput{Status: string(job.Status), Terminated: n}, nil
 	}
 	status, msg := finalStatus(job, in)
-	upd := store.JobUpdate{IfStatus: []store.Status{store.StatusQueued, store.StatusRunning}, Status: status}
+	// The store allows each final status only from the statuses that may
+	// legally precede it.
+	upd := store.JobUpdate{Status: status}
 	if msg != "" {
 		upd.Error = &msg
 	}
