@@ -9,18 +9,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The provider binary plays five roles besides the plugin. As root, the
+// The provider binary plays four roles besides the plugin. As root, the
 // plugin starts bubblewrap through roleLaunch (see stageDir). bwrap runs the
 // same binary, bound read-only at agentPath, as roleAgent; the agent
-// re-executes itself as roleShim (one per exec: the subreaper that owns the
-// command's process tree) and the shim as roleExec (applies the rlimits, then
-// becomes the command). roleProbe checks at Configure that the binary runs
+// re-executes itself as roleShim, one per exec: the subreaper that owns the
+// command's process tree. roleProbe checks at Configure that the binary runs
 // inside a sandbox at all.
 const (
 	roleLaunch = "__sandstep_launch"
 	roleAgent  = "__sandstep_agent"
 	roleShim   = "__sandstep_shim"
-	roleExec   = "__sandstep_exec"
 	roleProbe  = "__sandstep_probe"
 )
 
@@ -39,8 +37,6 @@ func RunSandboxRole() {
 		os.Exit(runAgent())
 	case roleShim:
 		os.Exit(runShim(os.Args[2:]))
-	case roleExec:
-		os.Exit(runExecHelper(os.Args[2:]))
 	case roleProbe:
 		fmt.Println("ok")
 		os.Exit(0)
@@ -57,7 +53,7 @@ type rlimits struct {
 	NoFile uint64 `json:"nofile"`
 }
 
-// String encodes the limits for the shim's and helper's command line.
+// String encodes the limits for the shim's command line.
 func (l rlimits) String() string {
 	return fmt.Sprintf("%d,%d,%d,%d,%d", l.NProc, l.FSize, l.CPU, l.AS, l.NoFile)
 }
@@ -78,13 +74,13 @@ func parseRlimits(s string) (rlimits, error) {
 	return rlimits{NProc: v[0], FSize: v[1], CPU: v[2], AS: v[3], NoFile: v[4]}, nil
 }
 
-// apply sets the limits on the calling process; children inherit them.
-func (l rlimits) apply() error {
+// apply sets the limits on process pid; its children inherit them.
+func (l rlimits) apply(pid int) error {
 	set := func(res int, name string, v uint64) error {
 		if v == 0 {
 			return nil
 		}
-		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
 			return fmt.Errorf("setrlimit %s=%d: %w", name, v, err)
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,16 @@ func runShim(args []string) int {
 		status.Close()
 		status = nil
 	}
+	if len(args) < 4 || args[2] != "--" {
+		report(shimStatus{Status: -1, Error: "bad shim arguments"})
+		return 1
+	}
+	cwd, argv := args[0], args[3:]
+	lim, err := parseRlimits(args[1])
+	if err != nil {
+		report(shimStatus{Status: -1, Error: err.Error()})
+		return 1
+	}
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		report(shimStatus{Status: -1, Error: fmt.Sprintf("prctl subreaper: %v", err)})
@@ -40,21 +51,16 @@ func runShim(args []string) int {
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM)
 
-	self, err := os.Executable()
+	pid, err := startLimited(cwd, lim, argv)
 	if err != nil {
-		report(shimStatus{Status: -1, Error: fmt.Sprintf("locating own binary: %v", err)})
-		return 1
-	}
-	argv := append([]string{"sandstep-exec", roleExec}, args...)
-	// syscall.ForkExec rather than os.StartProcess: the wait loop below reaps
-	// with wait4(-1), which must not race an os.Process of the same child.
-	pid, err := syscall.ForkExec(self, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
-	})
-	if err != nil {
-		report(shimStatus{Status: -1, Error: fmt.Sprintf("starting command: %v", err)})
-		return 1
+		// What a shell would say and return for a command it cannot run.
+		fmt.Fprintf(os.Stderr, "sandstep: %s: %v\n", argv[0], err)
+		code := 126
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		report(shimStatus{Status: code << 8})
+		return 0
 	}
 	// Let go of the command's stdio so that EOF depends on its processes only.
 	if null, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
@@ -93,39 +99,54 @@ func runShim(args []string) int {
 	return 0
 }
 
-// runExecHelper applies the sandbox's rlimits to itself and becomes the
-// command. The limits are set here and not in the shim: a Go process that
-// hits RLIMIT_NPROC cannot start a thread and crashes, and this process
-// replaces itself before it needs one.
-//
-// args: cwd limits -- argv...
-func runExecHelper(args []string) int {
-	if len(args) < 4 || args[2] != "--" {
-		fmt.Fprintln(os.Stderr, "sandstep: bad exec helper arguments")
-		return 126
-	}
-	cwd, argv := args[0], args[3:]
-	lim, err := parseRlimits(args[1])
-	if err == nil {
-		err = lim.apply()
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "sandstep: %v\n", err)
-		return 126
-	}
-	if err := os.Chdir(cwd); err != nil {
-		fmt.Fprintf(os.Stderr, "sandstep: %v\n", err)
-		return 126
-	}
+// startLimited starts the command with the sandbox's rlimits. They must
+// not apply to the shim itself: a Go process that hits RLIMIT_NPROC cannot
+// start a thread and crashes. Nor may the command run a single instruction
+// without them, or a fork bomb's first children escape the process limit.
+// So the child is started traced, which stops it right after execve; the
+// limits are set on it with prlimit, and only then does it run. This costs
+// no extra process, unlike an exec helper that limits itself and then
+// executes the command.
+func startLimited(cwd string, lim rlimits, argv []string) (int, error) {
 	path, err := lookPath(argv[0], os.Getenv("PATH"))
-	if err == nil {
-		err = syscall.Exec(path, argv, os.Environ())
+	if err != nil {
+		return 0, err
 	}
-	fmt.Fprintf(os.Stderr, "sandstep: %s: %v\n", argv[0], err)
-	if errors.Is(err, os.ErrNotExist) {
-		return 127
+	// ptrace requests must come from the thread that started the tracee.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   cwd,
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Ptrace: true},
+	})
+	if err != nil {
+		return 0, err
 	}
-	return 126
+	abandon := func(err error) (int, error) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+		return 0, err
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil || !ws.Stopped() {
+		return abandon(fmt.Errorf("the command did not stop after exec (%v, status %#x)", err, int(ws)))
+	}
+	if err := lim.apply(pid); err != nil {
+		return abandon(err)
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		return abandon(fmt.Errorf("ptrace detach: %w", err))
+	}
+	return pid, nil
 }
 
 // lookPath resolves file against PATH as a shell does. exec.LookPath is not
