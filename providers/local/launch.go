@@ -1,12 +1,13 @@
 package local
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"runtime"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,97 +16,172 @@ import (
 // stageDir is where, as root, a sandbox's host directories are bound for
 // bwrap to pick up. bwrap runs as the sandbox's uid and resolves its bind
 // sources by path, so it cannot reach state_dir when one of its parents is
-// private to root (a test's temp dir, /root/...). The launcher, still root,
-// binds each source here inside a private mount namespace of its own, then
-// becomes the sandbox uid and executes bwrap. Nothing shows on the host but
-// this one empty directory; /tmp exists and is searchable everywhere.
+// private to root (a test's temp dir, /root/...). The binds live in a mount
+// namespace private to one thread of the plugin (stageNS), which starts
+// bwrap as the sandbox uid; on the host this is one empty directory, and
+// /tmp exists and is searchable everywhere.
 const stageDir = "/tmp/.sandstep-stage"
 
+// stageNS runs functions on one OS thread that has a mount namespace of its
+// own, with a tmpfs at stageDir. Processes started from that thread inherit
+// the namespace. Mount namespaces belong to threads, not processes, so
+// nothing here is visible to the rest of the plugin or to the host.
+type stageNS struct {
+	reqs      chan func()
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func newStageNS() (*stageNS, error) {
+	if err := ensureStageDir(); err != nil {
+		return nil, err
+	}
+	ns := &stageNS{reqs: make(chan func()), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		// Never unlocked: when this goroutine returns, the runtime retires
+		// the thread, and its namespace goes with it.
+		runtime.LockOSThread()
+		err := unix.Unshare(unix.CLONE_NEWNS)
+		if err == nil {
+			// Nothing mounted here may propagate to the host.
+			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, "")
+		}
+		if err == nil {
+			err = unix.Mount("tmpfs", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size=1m")
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		for {
+			select {
+			case f := <-ns.reqs:
+				f()
+			case <-ns.done:
+				return
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, fmt.Errorf("a private mount namespace for staging sandbox directories (needs CAP_SYS_ADMIN): %w", err)
+	}
+	return ns, nil
+}
+
+func (ns *stageNS) do(f func() error) error {
+	errc := make(chan error, 1)
+	select {
+	case ns.reqs <- func() { errc <- f() }:
+		return <-errc
+	case <-ns.done:
+		return errors.New("the provider is closed")
+	}
+}
+
+func (ns *stageNS) close() { ns.closeOnce.Do(func() { close(ns.done) }) }
+
+// ensureStageDir makes sure stageDir is root's own directory, so that no
+// other user of /tmp can put something in its place.
+func ensureStageDir() error {
+	fi, err := os.Lstat(stageDir)
+	if err == nil {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if fi.IsDir() && ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0 {
+			return nil
+		}
+		if err := os.RemoveAll(stageDir); err != nil {
+			return fmt.Errorf("replacing %s: %w", stageDir, err)
+		}
+	}
+	if err := os.Mkdir(stageDir, 0o711); err != nil {
+		return fmt.Errorf("creating %s: %w", stageDir, err)
+	}
+	return os.Chmod(stageDir, 0o711)
+}
+
 // stager collects a sandbox's host directories and names the path bwrap
-// should bind each from.
+// should bind each from: the host path itself when the plugin is not root
+// (sandboxes then run as the plugin's uid, which reaches its own
+// state_dir), a staged path otherwise.
 type stager struct {
-	staged bool
-	pairs  []string // host path, staged path, ...
+	ns    *stageNS
+	dir   string   // stageDir/<name of this launch>
+	pairs []string // host path, staged path, ...
+}
+
+func newStager(ns *stageNS, name string) *stager {
+	return &stager{ns: ns, dir: filepath.Join(stageDir, name)}
 }
 
 func (st *stager) path(host, name string) string {
-	if !st.staged {
+	if st.ns == nil {
 		return host
 	}
-	staged := filepath.Join(stageDir, name)
+	staged := filepath.Join(st.dir, name)
 	st.pairs = append(st.pairs, host, staged)
 	return staged
 }
 
-// command returns the process that starts bwrap with args: bwrap itself
-// when the plugin is not root (sandboxes then run as the plugin's uid, which
-// reaches its own state_dir), and otherwise the launcher in a new mount
-// namespace, which drops to uid before it executes bwrap.
-func (st *stager) command(ctx context.Context, self, bwrap string, uid int, args []string) *exec.Cmd {
-	if !st.staged {
-		cmd := exec.CommandContext(ctx, bwrap, args...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		return cmd
+// start binds the staged paths and starts cmd, as uid when staging, from
+// the staging thread. Call release once bwrap has made its own mount
+// namespace (it has when it reports the sandbox's pid).
+func (st *stager) start(cmd *exec.Cmd, uid int) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	largs := []string{roleLaunch, strconv.Itoa(uid), strconv.Itoa(len(st.pairs) / 2)}
-	largs = append(largs, st.pairs...)
-	largs = append(largs, "--", bwrap)
-	largs = append(largs, args...)
-	cmd := exec.CommandContext(ctx, self, largs...)
-	cmd.Args[0] = "sandstep-launch"
-	// Go makes the new namespace's mounts private before the launcher runs,
-	// so nothing it mounts propagates to the host.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Unshareflags: syscall.CLONE_NEWNS}
-	return cmd
+	cmd.SysProcAttr.Setsid = true
+	if st.ns == nil {
+		return cmd.Start()
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+	return st.ns.do(func() error {
+		if err := os.Mkdir(st.dir, 0o711); err != nil {
+			return err
+		}
+		for i := 0; i < len(st.pairs); i += 2 {
+			host, staged := st.pairs[i], st.pairs[i+1]
+			fi, err := os.Stat(host)
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() {
+				err = os.Mkdir(staged, 0o700)
+			} else {
+				err = os.WriteFile(staged, nil, 0o600)
+			}
+			if err != nil {
+				return err
+			}
+			if err := unix.Mount(host, staged, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("binding %s: %w", host, err)
+			}
+		}
+		return cmd.Start()
+	})
 }
 
-// runLaunch is the launcher (see stageDir).
-//
-// args: uid n host1 staged1 ... hostN stagedN -- bwrap args...
-func runLaunch(args []string) int {
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "sandstep launch: "+format+"\n", a...)
-		return 125
+// release unmounts and removes the staged paths. Removal is never
+// recursive: a path whose unmount failed still shows host files.
+func (st *stager) release() error {
+	if st.ns == nil {
+		return nil
 	}
-	if len(args) < 2 {
-		return fail("bad arguments")
-	}
-	uid, err1 := strconv.Atoi(args[0])
-	n, err2 := strconv.Atoi(args[1])
-	if err1 != nil || err2 != nil || n < 0 || len(args) < 2+2*n+2 || args[2+2*n] != "--" {
-		return fail("bad arguments")
-	}
-	pairs, argv := args[2:2+2*n], args[3+2*n:]
-	if err := unix.Mount("tmpfs", stageDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0711,size=64k"); err != nil {
-		return fail("mounting %s: %v", stageDir, err)
-	}
-	for i := 0; i < len(pairs); i += 2 {
-		host, staged := pairs[i], pairs[i+1]
-		fi, err := os.Stat(host)
-		if err != nil {
-			return fail("%v", err)
+	return st.ns.do(func() error {
+		var errs []error
+		for i := 1; i < len(st.pairs); i += 2 {
+			staged := st.pairs[i]
+			if err := unix.Unmount(staged, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("unmounting %s: %w", staged, err))
+				continue
+			}
+			if err := os.Remove(staged); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
-		if fi.IsDir() {
-			err = os.Mkdir(staged, 0o700)
-		} else {
-			err = os.WriteFile(staged, nil, 0o600)
+		if err := os.Remove(st.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
 		}
-		if err != nil {
-			return fail("%v", err)
-		}
-		if err := unix.Mount(host, staged, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fail("binding %s: %v", host, err)
-		}
-	}
-	if err := syscall.Setgroups(nil); err != nil {
-		return fail("setgroups: %v", err)
-	}
-	if err := syscall.Setresgid(uid, uid, uid); err != nil {
-		return fail("setresgid: %v", err)
-	}
-	if err := syscall.Setresuid(uid, uid, uid); err != nil {
-		return fail("setresuid: %v", err)
-	}
-	err := syscall.Exec(argv[0], argv, os.Environ())
-	return fail("executing %s: %v", argv[0], err)
+		return errors.Join(errs...)
+	})
 }

@@ -22,6 +22,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -33,7 +34,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
@@ -105,6 +105,10 @@ type Provider struct {
 	// builds counts snapshot builds this process ran.
 	builds atomic.Int64
 
+	stageOnce sync.Once
+	stage     *stageNS
+	stageErr  error
+
 	reapOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -120,9 +124,9 @@ type settings struct {
 	limits      rlimits
 	maxFileSize int64
 	bwrap       string
-	agentBin    string // host path of the agent binary bound into sandboxes
-	self        string // this binary, for the launcher role
-	isRoot      bool   // sandboxes get uids of their own
+	agentBin    string   // host path of the agent binary bound into sandboxes
+	isRoot      bool     // sandboxes get uids of their own
+	stage       *stageNS // as root: where bwrap is started from
 }
 
 // New returns an unconfigured provider.
@@ -137,10 +141,18 @@ func New() *Provider {
 
 var _ providers.Provider = (*Provider)(nil)
 
-// Close stops the background reaper. Sandboxes keep running: they belong to
-// state_dir, not to this process.
+// Close stops the background reaper and the staging thread. Sandboxes keep
+// running: they belong to state_dir, not to this process.
 func (p *Provider) Close() error {
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.stopOnce.Do(func() {
+		close(p.stop)
+		p.mu.Lock()
+		p.configured = false
+		p.mu.Unlock()
+		if p.stage != nil {
+			p.stage.close()
+		}
+	})
 	return nil
 }
 
@@ -175,16 +187,23 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	if err != nil {
 		return err
 	}
-	isRoot := os.Geteuid() == 0
-	s.isRoot = isRoot
-	if err := prepareStateDir(s.stateDir, isRoot); err != nil {
+	s.isRoot = os.Geteuid() == 0
+	if err := prepareStateDir(s.stateDir); err != nil {
 		return err
 	}
-	if s.self, err = os.Executable(); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
 		return providers.Wrap(providers.Internal, "configure", err)
 	}
-	if s.agentBin, err = installAgent(s.stateDir, s.self); err != nil {
+	if s.agentBin, err = installAgent(s.stateDir, exe); err != nil {
 		return providers.Wrap(providers.Internal, "configure", err)
+	}
+	if s.isRoot {
+		p.stageOnce.Do(func() { p.stage, p.stageErr = newStageNS() })
+		if p.stageErr != nil {
+			return providers.Wrap(providers.FailedPrecondition, "configure", p.stageErr)
+		}
+		s.stage = p.stage
 	}
 	if err := probe(ctx, s); err != nil {
 		return err
@@ -201,7 +220,7 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 
 	p.reload()
 	p.reapOnce.Do(func() { go p.reapLoop() })
-	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", isRoot)
+	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", s.isRoot)
 	return nil
 }
 
@@ -325,39 +344,14 @@ func roBindArgs(paths []string) []string {
 }
 
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:
-// sandboxes reach their directories only through bind mounts. As root it
-// also makes sure stageDir is root's own directory, so no other user of /tmp
-// can put something in its place.
-func prepareStateDir(dir string, isRoot bool) error {
-	fail := func(err error) error { return providers.Wrap(providers.FailedPrecondition, "configure", err) }
+// sandboxes reach their directories only through bind mounts.
+func prepareStateDir(dir string) error {
 	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "bin", "locks"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
-			return fail(fmt.Errorf("state_dir: %w", err))
-		}
-	}
-	if isRoot {
-		if err := ensureStageDir(); err != nil {
-			return fail(err)
+			return providers.Wrap(providers.FailedPrecondition, "configure", fmt.Errorf("state_dir: %w", err))
 		}
 	}
 	return nil
-}
-
-func ensureStageDir() error {
-	fi, err := os.Lstat(stageDir)
-	if err == nil {
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if fi.IsDir() && ok && st.Uid == 0 && fi.Mode().Perm()&0o022 == 0 {
-			return nil
-		}
-		if err := os.RemoveAll(stageDir); err != nil {
-			return fmt.Errorf("replacing %s: %w", stageDir, err)
-		}
-	}
-	if err := os.Mkdir(stageDir, 0o711); err != nil {
-		return fmt.Errorf("creating %s: %w", stageDir, err)
-	}
-	return os.Chmod(stageDir, 0o711)
 }
 
 // installAgent puts this binary in state_dir for sandboxes to bind. A hard
@@ -413,21 +407,25 @@ func copyFile(src, dst string, mode os.FileMode) error {
 func probe(ctx context.Context, s settings) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st := &stager{staged: s.isRoot}
+	st := newStager(s.stage, "probe-"+newID())
 	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
 	args = append(args, s.roArgs...)
 	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--", agentPath, roleProbe)
-	uid := os.Getuid()
-	if s.isRoot {
-		uid = s.uidStart
-	}
-	cmd := st.command(ctx, s.self, s.bwrap, uid, args)
+	cmd := exec.CommandContext(ctx, s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := st.start(cmd, s.uidStart)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if rerr := st.release(); err == nil {
+		err = rerr
+	}
+	if err != nil || strings.TrimSpace(out.String()) != "ok" {
 		return providers.Errorf(providers.FailedPrecondition, "configure",
-			"bubblewrap cannot start a sandbox here (%v): %s; unprivileged user namespaces must be enabled (user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where that sysctl exists), and as root the plugin needs CAP_SYS_ADMIN for a private mount namespace",
-			err, strings.TrimSpace(string(out)))
+			"bubblewrap cannot start a sandbox here (%v): %s; unprivileged user namespaces must be enabled (user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where that sysctl exists)",
+			err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

@@ -9,17 +9,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The provider binary plays four roles besides the plugin. As root, the
-// plugin starts bubblewrap through roleLaunch (see stageDir). bwrap runs the
-// same binary, bound read-only at agentPath, as roleAgent; the agent
+// The provider binary plays three roles besides the plugin. bwrap runs it,
+// bound read-only at agentPath, as roleAgent; the agent
 // re-executes itself as roleShim, one per exec: the subreaper that owns the
 // command's process tree. roleProbe checks at Configure that the binary runs
 // inside a sandbox at all.
 const (
-	roleLaunch = "__sandstep_launch"
-	roleAgent  = "__sandstep_agent"
-	roleShim   = "__sandstep_shim"
-	roleProbe  = "__sandstep_probe"
+	roleAgent = "__sandstep_agent"
+	roleShim  = "__sandstep_shim"
+	roleProbe = "__sandstep_probe"
 )
 
 // RunSandboxRole runs the in-sandbox side of the provider when the process was
@@ -31,8 +29,6 @@ func RunSandboxRole() {
 		return
 	}
 	switch os.Args[1] {
-	case roleLaunch:
-		os.Exit(runLaunch(os.Args[2:]))
 	case roleAgent:
 		os.Exit(runAgent())
 	case roleShim:

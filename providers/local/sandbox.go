@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -504,7 +505,7 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		}
 	}
 
-	st := &stager{staged: s.isRoot}
+	st := newStager(s.stage, rec.ID)
 	args := []string{"--unshare-all"}
 	if rec.Network == providers.NetworkAll {
 		args = append(args, "--share-net")
@@ -537,11 +538,6 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		args = append(args, bind, st.path(volumeDataDir(s, m.Volume), fmt.Sprintf("volume%d", i)), m.Path)
 	}
 	args = append(args, "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--remount-ro", "/", "--", agentPath, roleAgent)
-	if s.isRoot {
-		if err := ensureStageDir(); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
-		}
-	}
 
 	ln, err := listenUnix(filepath.Join(dir, "agent.sock"))
 	if err != nil {
@@ -588,11 +584,17 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		ExecTimeout: p.execTimeout(0),
 	}
 	// Not the request's ctx: the sandbox outlives the call that made it.
-	cmd := st.command(context.Background(), s.self, s.bwrap, uid, args)
+	cmd := exec.Command(s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + homePath}
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR}
-	if err := cmd.Start(); err != nil {
+	err = st.start(cmd, uid)
+	defer func() {
+		if err := st.release(); err != nil {
+			log.Warn("releasing staged directories", "err", err)
+		}
+	}()
+	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("starting bwrap: %w", err))
 	}
 	for _, f := range []*os.File{infoW, readyW, lnFile, cfgR, errW} {
