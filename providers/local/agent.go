@@ -531,8 +531,11 @@ func fileCode(err error) providers.Code {
 		return providers.PermissionDenied
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.EFBIG):
 		return providers.ResourceExhausted
-	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.ELOOP),
-		errors.Is(err, syscall.EEXIST), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENAMETOOLONG):
+	case errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EEXIST),
+		errors.Is(err, syscall.ENOTEMPTY):
+		// A file where a directory should be, or the reverse.
+		return providers.FailedPrecondition
+	case errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.ENAMETOOLONG):
 		return providers.InvalidArgument
 	}
 	return providers.Internal
@@ -557,7 +560,7 @@ func (a *agent) writeFile(fr *frameReader, req request) result {
 		return fileErr(err)
 	}
 	if fi, err := os.Stat(req.Path); err == nil && fi.IsDir() {
-		return errResult(providers.InvalidArgument, "%s is a directory", req.Path)
+		return errResult(providers.FailedPrecondition, "%s is a directory", req.Path)
 	}
 	tmp, err := os.CreateTemp(dir, "."+base+".sandstep-*")
 	if err != nil {
@@ -624,7 +627,7 @@ func (a *agent) readFile(fw *frameWriter, req request) result {
 		return fileErr(err)
 	}
 	if fi.IsDir() {
-		return errResult(providers.InvalidArgument, "%s is a directory", req.Path)
+		return errResult(providers.FailedPrecondition, "%s is a directory", req.Path)
 	}
 	if req.Offset > 0 {
 		if _, err := f.Seek(req.Offset, io.SeekStart); err != nil {
@@ -667,7 +670,7 @@ func (a *agent) listFiles(req request) result {
 		return fileErr(err)
 	}
 	if !fi.IsDir() {
-		return errResult(providers.InvalidArgument, "%s is not a directory", req.Path)
+		return errResult(providers.FailedPrecondition, "%s is not a directory", req.Path)
 	}
 	entries, err := os.ReadDir(req.Path)
 	if err != nil {

@@ -346,7 +346,7 @@ func roBindArgs(paths []string) []string {
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:
 // sandboxes reach their directories only through bind mounts.
 func prepareStateDir(dir string) error {
-	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "bin", "locks"} {
+	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "snapshots/trees", "bin", "locks"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return providers.Wrap(providers.FailedPrecondition, "configure", fmt.Errorf("state_dir: %w", err))
 		}

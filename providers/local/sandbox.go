@@ -41,6 +41,7 @@ type sandboxRecord struct {
 	Labels      map[string]string     `json:"labels,omitempty"`
 	UID         int                   `json:"uid"`
 	Snapshot    string                `json:"snapshot,omitempty"`
+	SnapshotID  string                `json:"snapshot_id,omitempty"`
 	Mounts      []providers.Mount     `json:"mounts,omitempty"`
 	Network     providers.NetworkMode `json:"network"`
 	CreatedAt   time.Time             `json:"created_at"`
@@ -263,8 +264,12 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 	if rec.Network == "" {
 		rec.Network = providers.NetworkNone
 	}
-	if rec.Network != providers.NetworkNone && rec.Network != providers.NetworkAll {
+	switch rec.Network {
+	case providers.NetworkNone, providers.NetworkAll:
+	case providers.NetworkAllowlist:
 		return rec, providers.Errorf(providers.Unsupported, op, "network mode %q: the local provider supports only %q and %q", rec.Network, providers.NetworkNone, providers.NetworkAll)
+	default:
+		return rec, providers.Errorf(providers.InvalidArgument, op, "unknown network mode %q", rec.Network)
 	}
 	lifetime := spec.Lifetime
 	if lifetime <= 0 {
@@ -365,6 +370,7 @@ func (p *Provider) reserve(s settings, rec *sandboxRecord) (map[string]string, e
 			return nil, providers.Errorf(providers.NotFound, op, "snapshot %q not found", rec.Snapshot)
 		}
 		snapEnv = meta.Env
+		rec.SnapshotID = meta.ID
 	}
 
 	if s.isRoot {
@@ -528,7 +534,7 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	case rec.BuildDir != "":
 		args = append(args, "--bind", st.path(rec.BuildDir, "snapshot"), SnapshotPath)
 	case rec.Snapshot != "":
-		args = append(args, "--ro-bind", st.path(snapshotTreeDir(s, rec.Snapshot), "snapshot"), SnapshotPath)
+		args = append(args, "--ro-bind", st.path(snapshotTreeDir(s, rec.Snapshot, rec.SnapshotID), "snapshot"), SnapshotPath)
 	}
 	for i, m := range rec.Mounts {
 		bind := "--bind"
@@ -834,6 +840,12 @@ func (p *Provider) cleanup(rec sandboxRecord) {
 	}
 	if err := os.Remove(s.recordPath(rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		p.log.Warn("removing sandbox record", "sandbox_id", rec.ID, "err", err)
+	}
+	// The last user of a deleted snapshot frees its tree.
+	if rec.Snapshot != "" {
+		if m, err := readSnapshotMeta(s, rec.Snapshot); err != nil || m.ID != rec.SnapshotID {
+			p.collectTrees(s)
+		}
 	}
 }
 

@@ -278,4 +278,6 @@ func TestSecurityNetworkPolicy(t *testing.T) {
 	}
 	_, err = e.p.Create(e.ctx, providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAllowlist, AllowHosts: []string{"example.com"}}})
 	wantCode(t, "Create with an allowlist", err, providers.Unsupported)
+	_, err = e.p.Create(e.ctx, providers.CreateSpec{Network: providers.NetworkPolicy{Mode: "bogus"}})
+	wantCode(t, "Create with an unknown network mode", err, providers.InvalidArgument)
 }

@@ -18,29 +18,37 @@ import (
 // the slug.
 const LabelSnapshotBuild = "sandstep.snapshot-build"
 
-// A snapshot is state_dir/snapshots/<slug>/ holding meta.json and tree/,
-// which sandboxes mount read-only at SnapshotPath. It is built in
-// snapshots/.build-<slug>-<id>/ and renamed into place when complete, so it
-// exists whole or not at all.
+// A snapshot is a tree, state_dir/snapshots/trees/<slug>@<id>/, which
+// sandboxes mount read-only at SnapshotPath, and its meta,
+// state_dir/snapshots/<slug>.json, which names the tree. The meta is written
+// (atomically) only once the tree is complete, so a snapshot exists whole
+// or not at all. Deleting removes the meta at once and the tree when no
+// live sandbox mounts it any more (collectTrees): sandboxes booted from a
+// deleted snapshot keep running with its contents.
 type snapshotMeta struct {
 	Slug      string            `json:"slug"`
+	ID        string            `json:"id"`
 	Labels    map[string]string `json:"labels,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	SizeBytes int64             `json:"size_bytes"`
 	CreatedAt time.Time         `json:"created_at"`
 }
 
-func snapshotDir(s settings, slug string) string {
-	return filepath.Join(s.stateDir, "snapshots", slug)
+func snapshotMetaPath(s settings, slug string) string {
+	return filepath.Join(s.stateDir, "snapshots", slug+".json")
 }
 
-func snapshotTreeDir(s settings, slug string) string {
-	return filepath.Join(snapshotDir(s, slug), "tree")
+func snapshotTreeDir(s settings, slug, id string) string {
+	return filepath.Join(s.stateDir, "snapshots", "trees", slug+"@"+id)
+}
+
+func snapshotLockPath(s settings, slug string) string {
+	return filepath.Join(s.stateDir, "locks", "snapshot-"+slug+".lock")
 }
 
 func readSnapshotMeta(s settings, slug string) (snapshotMeta, error) {
 	var m snapshotMeta
-	b, err := os.ReadFile(filepath.Join(snapshotDir(s, slug), "meta.json"))
+	b, err := os.ReadFile(snapshotMetaPath(s, slug))
 	if err != nil {
 		return m, err
 	}
@@ -113,7 +121,7 @@ func (p *Provider) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSp
 // snapshot directory is writable, and publishes the result.
 func (p *Provider) build(ctx context.Context, s settings, spec providers.SnapshotSpec) (providers.Snapshot, error) {
 	const op = "ensure_snapshot"
-	lock, err := lockFile(ctx, filepath.Join(s.stateDir, "locks", "snapshot-"+spec.Slug+".lock"))
+	lock, err := lockFile(ctx, snapshotLockPath(s, spec.Slug))
 	if err != nil {
 		if ctx.Err() != nil {
 			return providers.Snapshot{}, providers.Wrap(providers.DeadlineExceeded, op, err)
@@ -133,17 +141,14 @@ func (p *Provider) build(ctx context.Context, s settings, spec providers.Snapsho
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 
-	buildDir := filepath.Join(s.stateDir, "snapshots", ".build-"+spec.Slug+"-"+newID())
-	tree := filepath.Join(buildDir, "tree")
+	id := strings.TrimPrefix(newID(), "sbx-")
+	tree := snapshotTreeDir(s, spec.Slug, id)
 	published := false
 	defer func() {
 		if !published {
-			_ = removeAll(buildDir)
+			_ = removeAll(tree)
 		}
 	}()
-	if err := os.Mkdir(buildDir, 0o700); err != nil {
-		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
-	}
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
 	}
@@ -194,16 +199,13 @@ func (p *Provider) build(ctx context.Context, s settings, spec providers.Snapsho
 	}
 	m := snapshotMeta{
 		Slug:      spec.Slug,
+		ID:        id,
 		Labels:    copyMap(spec.Labels),
 		Env:       copyMap(spec.Env),
 		SizeBytes: treeSize(tree),
 		CreatedAt: time.Now().UTC(),
 	}
-	if err := writeJSONFile(filepath.Join(buildDir, "meta.json"), m, 0o600); err != nil {
-		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
-	}
-	_ = removeAll(snapshotDir(s, spec.Slug)) // a directory left without meta by an interrupted delete
-	if err := os.Rename(buildDir, snapshotDir(s, spec.Slug)); err != nil {
+	if err := writeJSONFile(snapshotMetaPath(s, spec.Slug), m, 0o600); err != nil {
 		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
 	}
 	published = true
@@ -264,9 +266,8 @@ func (p *Provider) GetSnapshot(ctx context.Context, slug string) (providers.Snap
 	return m.public(), nil
 }
 
-// DeleteSnapshot deletes a snapshot no live sandbox uses. Idempotent. A
-// snapshot in use is refused with FailedPrecondition, as a mounted volume
-// is: removing it would pull files from under running sandboxes.
+// DeleteSnapshot deletes a snapshot. Idempotent. Sandboxes booted from it
+// keep running and keep its files; its tree goes when the last of them does.
 func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	const op = "delete_snapshot"
 	s, err := p.ready()
@@ -280,59 +281,87 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(snapshotDir(s, slug)); errors.Is(err, os.ErrNotExist) {
-		unlock()
-		return nil
-	}
-	if id := p.userOf(func(r sandboxRecord) bool { return r.Snapshot == slug }); id != "" {
-		unlock()
-		return providers.Errorf(providers.FailedPrecondition, op, "snapshot %q is used by live sandbox %s", slug, id)
-	}
-	trash := filepath.Join(s.stateDir, "snapshots", ".trash-"+slug+"-"+newID())
-	err = os.Rename(snapshotDir(s, slug), trash)
+	err = os.Remove(snapshotMetaPath(s, slug))
 	unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return providers.Wrap(providers.Internal, op, err)
 	}
-	if err := removeAll(trash); err != nil {
-		return providers.Wrap(providers.Internal, op, err)
+	if err == nil {
+		p.log.Info("snapshot deleted", "snapshot", slug)
 	}
-	p.log.Info("snapshot deleted", "snapshot", slug)
+	p.collectTrees(s)
 	return nil
 }
 
-// cleanLeftovers removes what interrupted operations of an earlier plugin
-// process left: half-built snapshots (unless a build still holds the
-// slug's lock), and volumes or snapshots caught between rename and removal.
-func (p *Provider) cleanLeftovers(s settings) {
+// collectTrees removes the snapshot trees that no snapshot names and no
+// live sandbox mounts, except those being built right now (their slug's
+// lock is held).
+func (p *Provider) collectTrees(s settings) {
 	unlock, err := p.lock(s)
 	if err != nil {
 		return
 	}
 	defer unlock()
-	for _, kind := range []string{"volumes", "snapshots"} {
-		dir := filepath.Join(s.stateDir, kind)
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			name := e.Name()
-			switch {
-			case strings.HasPrefix(name, ".trash-"), strings.HasPrefix(name, ".new-"):
-				_ = removeAll(filepath.Join(dir, name))
-			case strings.HasPrefix(name, ".build-"):
-				rest := strings.TrimPrefix(name, ".build-")
-				i := strings.LastIndex(rest, "-sbx-")
-				if i < 0 {
-					continue
-				}
-				lock, ok := tryLockFile(filepath.Join(s.stateDir, "locks", "snapshot-"+rest[:i]+".lock"))
-				if !ok {
-					continue // being built right now
-				}
-				_ = removeAll(filepath.Join(dir, name))
-				lock.Close()
+	dir := filepath.Join(s.stateDir, "snapshots", "trees")
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 {
+		return
+	}
+	inUse := make(map[string]bool)
+	metas, _ := os.ReadDir(filepath.Join(s.stateDir, "snapshots"))
+	for _, e := range metas {
+		if slug, ok := strings.CutSuffix(e.Name(), ".json"); ok {
+			if m, err := readSnapshotMeta(s, slug); err == nil {
+				inUse[slug+"@"+m.ID] = true
 			}
 		}
 	}
+	recs, _ := p.scanRecords()
+	for _, r := range recs {
+		if r.alive() {
+			inUse[r.Snapshot+"@"+r.SnapshotID] = true
+			inUse[filepath.Base(r.BuildDir)] = true
+		}
+	}
+	for _, e := range entries {
+		if inUse[e.Name()] {
+			continue
+		}
+		slug, _, ok := strings.Cut(e.Name(), "@")
+		if !ok {
+			continue
+		}
+		lock, free := tryLockFile(snapshotLockPath(s, slug))
+		if !free {
+			continue
+		}
+		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
+			p.log.Warn("removing an unused snapshot tree", "tree", e.Name(), "err", err)
+		}
+		lock.Close()
+	}
+}
+
+// cleanLeftovers removes what interrupted operations of an earlier plugin
+// process left: volumes caught between rename and removal, half-built or
+// orphaned snapshot trees, temporary files of atomic writes.
+func (p *Provider) cleanLeftovers(s settings) {
+	unlock, err := p.lock(s)
+	if err != nil {
+		return
+	}
+	for _, dir := range []string{"volumes", "snapshots", "sandboxes"} {
+		dir = filepath.Join(s.stateDir, dir)
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			name := e.Name()
+			if strings.HasPrefix(name, ".trash-") || strings.HasPrefix(name, ".new-") || strings.Contains(name, ".tmp-sbx-") {
+				_ = removeAll(filepath.Join(dir, name))
+			}
+		}
+	}
+	unlock()
+	p.collectTrees(s)
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -133,8 +133,8 @@ func TestSnapshotBuiltOnce(t *testing.T) {
 	if err != nil || got.Labels["deps"] != "tool" || got.SizeBytes == 0 {
 		t.Errorf("GetSnapshot = %+v, %v", got, err)
 	}
-	if names := dirNames(t, filepath.Join(e.dir, "snapshots")); len(names) != 1 || names[0] != "deps-1" {
-		t.Errorf("snapshots dir holds %v", names)
+	if names := dirNames(t, filepath.Join(e.dir, "snapshots", "trees")); len(names) != 1 || !strings.HasPrefix(names[0], "deps-1@") {
+		t.Errorf("snapshot trees: %v", names)
 	}
 	if list, _ := e.p.List(e.ctx, providers.ListFilter{}); len(list) != 0 {
 		t.Errorf("builder sandboxes left running: %+v", list)
@@ -158,9 +158,6 @@ func TestSnapshotUse(t *testing.T) {
 	}
 	err := e.p.WriteFile(e.ctx, sb.ID, providers.WriteFileRequest{Path: SnapshotPath + "/data.txt", Content: strings.NewReader("x")})
 	wantCode(t, "WriteFile into the snapshot", err, providers.PermissionDenied)
-	err = e.p.DeleteSnapshot(e.ctx, "deps-2")
-	wantCode(t, "DeleteSnapshot while in use", err, providers.FailedPrecondition)
-
 	plain := e.create(providers.CreateSpec{})
 	if got := visible(e, plain.ID, SnapshotPath+"/data.txt"); got != "absent" {
 		t.Errorf("a sandbox without a snapshot sees its files: %s", got)
@@ -168,9 +165,8 @@ func TestSnapshotUse(t *testing.T) {
 	_, err = e.p.Create(e.ctx, providers.CreateSpec{Snapshot: "no-such-snapshot"})
 	wantCode(t, "Create from a missing snapshot", err, providers.NotFound)
 
-	if err := e.p.Terminate(e.ctx, sb.ID); err != nil {
-		t.Fatal(err)
-	}
+	// Deleting a snapshot in use: the slug is gone at once, the sandbox
+	// keeps the files until it ends.
 	for i := range 2 {
 		if err := e.p.DeleteSnapshot(e.ctx, "deps-2"); err != nil {
 			t.Errorf("DeleteSnapshot #%d: %v", i+1, err)
@@ -178,6 +174,31 @@ func TestSnapshotUse(t *testing.T) {
 	}
 	_, err = e.p.GetSnapshot(e.ctx, "deps-2")
 	wantCode(t, "GetSnapshot after delete", err, providers.NotFound)
+	_, err = e.p.Create(e.ctx, providers.CreateSpec{Snapshot: "deps-2"})
+	wantCode(t, "Create from a deleted snapshot", err, providers.NotFound)
+	if out := e.sh(sb.ID, "tool"); out != "tool says hello\n" {
+		t.Errorf("after the snapshot was deleted its sandbox runs tool: %q", out)
+	}
+	trees := filepath.Join(e.dir, "snapshots", "trees")
+	if names := dirNames(t, trees); len(names) != 1 {
+		t.Errorf("while its sandbox runs, the deleted snapshot's tree should stay: %v", names)
+	}
+	// Rebuilt under the same slug while the old tree is still in use.
+	if _, err := e.p.EnsureSnapshot(e.ctx, snapshotSpec("deps-2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Terminate(e.ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, trees); len(names) != 1 {
+		t.Errorf("after its last sandbox ended, the deleted tree should be gone and the new one stay: %v", names)
+	}
+	if err := e.p.DeleteSnapshot(e.ctx, "deps-2"); err != nil {
+		t.Fatal(err)
+	}
+	if names := dirNames(t, trees); len(names) != 0 {
+		t.Errorf("an unused deleted snapshot left its tree: %v", names)
+	}
 }
 
 func TestSnapshotBuildFailure(t *testing.T) {
@@ -190,7 +211,7 @@ func TestSnapshotBuildFailure(t *testing.T) {
 	}
 	_, err = e.p.GetSnapshot(e.ctx, "broken")
 	wantCode(t, "GetSnapshot after a failed build", err, providers.NotFound)
-	if names := dirNames(t, filepath.Join(e.dir, "snapshots")); len(names) != 0 {
+	if names := dirNames(t, filepath.Join(e.dir, "snapshots", "trees")); len(names) != 0 {
 		t.Errorf("a failed build left %v", names)
 	}
 	if list, _ := e.p.List(e.ctx, providers.ListFilter{}); len(list) != 0 {
@@ -200,7 +221,10 @@ func TestSnapshotBuildFailure(t *testing.T) {
 	spec = providers.SnapshotSpec{Slug: "slow", Setup: []string{"sleep 60"}, Timeout: time.Second}
 	_, err = e.p.EnsureSnapshot(e.ctx, spec)
 	wantCode(t, "EnsureSnapshot that times out", err, providers.DeadlineExceeded)
-	if _, err := os.Stat(filepath.Join(e.dir, "snapshots", "slow")); !os.IsNotExist(err) {
+	if names := dirNames(t, filepath.Join(e.dir, "snapshots", "trees")); len(names) != 0 {
+		t.Errorf("a timed-out build left %v", names)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "snapshots", "slow.json")); !os.IsNotExist(err) {
 		t.Errorf("a timed-out build left its snapshot: %v", err)
 	}
 }
