@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -281,7 +282,9 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 		timeout = a.cfg.ExecTimeout
 	}
 
-	var files []*os.File // every descriptor this exec opened
+	// Every descriptor this exec opened, closed when it returns, except
+	// the output pipes' read ends once the pumps own them.
+	var files []*os.File
 	defer func() {
 		for _, f := range files {
 			f.Close()
@@ -342,6 +345,7 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 	// cmd.Wait is never called: reapOrphans reaps the shim when it ends,
 	// which is when the last of its background descendants has.
 
+	files = slices.DeleteFunc(files, func(f *os.File) bool { return f == outR || f == errR })
 	fwd := &forwarder{fw: fw, on: true}
 	outDone, errDone := make(chan struct{}), make(chan struct{})
 	go fwd.pump(outR, frameStdout, outDone)
@@ -464,7 +468,9 @@ type forwarder struct {
 	on bool
 }
 
+// pump forwards r until EOF, which may come long after the exec is over.
 func (f *forwarder) pump(r *os.File, typ byte, done chan<- struct{}) {
+	defer r.Close()
 	defer close(done)
 	buf := make([]byte, 32<<10)
 	for {

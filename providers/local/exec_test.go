@@ -241,13 +241,22 @@ echo launched`, Timeout: 10 * time.Second})
 	if r.ExitCode != 0 || r.TimedOut || r.stdout != "launched\n" {
 		t.Fatalf("launch: %+v %q", r.ExecResult, r.stdout)
 	}
-	// One that keeps the exec's stdout open does not hold the exec either.
-	r = e.exec(sb.ID, providers.ExecRequest{Shell: "sleep 4301 & echo ok", Timeout: 10 * time.Second})
-	if r.ExitCode != 0 || r.TimedOut || r.stdout != "ok\n" {
+	// One that keeps the exec's stdout open does not hold the exec either,
+	// and may go on writing to it after the exec has returned.
+	r = e.exec(sb.ID, providers.ExecRequest{Shell: `sleep 4301 &
+( i=0; while [ $i -lt 30 ]; do echo tick; i=$((i+1)); sleep 0.02; done; touch /tmp/ticked ) &
+echo ok`, Timeout: 10 * time.Second})
+	if r.ExitCode != 0 || r.TimedOut || !strings.Contains(r.stdout, "ok\n") {
 		t.Errorf("background process holding stdout: %+v %q", r.ExecResult, r.stdout)
 	}
-	e.write(sb.ID, "/tmp/stop", nil)
 	deadline := time.Now().Add(30 * time.Second)
+	for visible(e, sb.ID, "/tmp/ticked") != "readable" {
+		if time.Now().After(deadline) {
+			t.Fatal("a background process writing to the exec's stdout did not survive the exec")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.write(sb.ID, "/tmp/stop", nil)
 	for {
 		got := string(e.read(sb.ID, providers.ReadFileRequest{Path: "/tmp/bg.out"}))
 		if got == "started\ndone\n" {
