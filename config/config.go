@@ -38,6 +38,7 @@ type Config struct {
 	Provider ProviderConfig `toml:"provider"`
 	Sandbox  SandboxConfig  `toml:"sandbox"`
 	Auth     AuthConfig     `toml:"auth"`
+	Sessions SessionsConfig `toml:"sessions"`
 	Research ResearchConfig `toml:"research"`
 
 	// thirdParty holds the [provider.<name>] tables of plugins this package
@@ -64,7 +65,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions}
 }
 
 // Load reads and validates the config file at path; an empty path means
