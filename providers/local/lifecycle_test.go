@@ -218,12 +218,12 @@ func TestConfigure(t *testing.T) {
 	dir := t.TempDir()
 	for settings, code := range map[string]providers.Code{
 		`{}`: providers.InvalidArgument,
-		`{"state_dir": "` + dir + `", "no_such_key": 1}`:                  providers.InvalidArgument,
-		`{"state_dir": "` + dir + `", "max_processes": -1}`:               providers.InvalidArgument,
-		`{"state_dir": "` + dir + `", "ro_paths": ["usr"]}`:               providers.InvalidArgument,
-		`{"state_dir": "` + dir + `", "ro_paths": ["/tmp"]}`:              providers.InvalidArgument,
-		`{"state_dir": "` + dir + `", "bwrap_path": "/no/such/bwrap"}`:    providers.FailedPrecondition,
-		`{"state_dir": "` + dir + `", "ro_paths": ["/no-such-path-xyz"]}`: providers.FailedPrecondition,
+		`{"state_dir": "` + dir + `", "no_such_key": 1}`:               providers.InvalidArgument,
+		`{"state_dir": "` + dir + `", "max_processes": -1}`:            providers.InvalidArgument,
+		`{"state_dir": "` + dir + `", "ro_paths": ["usr"]}`:            providers.InvalidArgument,
+		`{"state_dir": "` + dir + `", "ro_paths": ["/tmp"]}`:           providers.InvalidArgument,
+		`{"state_dir": "` + dir + `", "bwrap_path": "/no/such/bwrap"}`: providers.FailedPrecondition,
+		`{"state_dir": "` + dir + `", "bwrap_path": "/bin/false"}`:     providers.FailedPrecondition,
 	} {
 		wantCode(t, settings, configure(settings), code)
 	}

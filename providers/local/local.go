@@ -2,23 +2,35 @@
 // with bubblewrap (Debian package "bubblewrap").
 //
 // A sandbox is a long-lived bwrap process with its own user, mount, pid, ipc,
-// uts and (unless the network policy is "all") network namespace. Only the
-// configured system directories are visible, read-only; /tmp, /home/sandbox
-// and /workspace are private writable directories on the host, volumes are
-// bound read-write, a snapshot is bound read-only at SnapshotPath. When the
-// plugin runs as root each sandbox gets its own host uid from a configured
-// range, so that RLIMIT_NPROC counts per sandbox (the kernel does not enforce
-// it for uid 0, not even inside a user namespace root created).
+// uts and (unless the network policy is "all") network namespace, and no way
+// to make further user namespaces. Only the configured system directories
+// are visible, read-only; /tmp, /home/sandbox and /workspace are private
+// writable directories on the host, volumes are bound at their mount paths,
+// a snapshot is bound read-only at SnapshotPath. When the plugin runs as
+// root each sandbox runs as its own host uid from a configured range:
+// RLIMIT_NPROC is not enforced for host uid 0, not even inside a user
+// namespace, and a sandbox's files and processes then belong to it alone.
+// Commands see uid 1000.
 //
 // PID 1 inside is the provider binary itself in agent mode (see
-// RunSandboxRole). It listens on a unix socket the plugin created and passed
-// in, runs commands under a per-exec subreaper shim and does file operations
-// as the sandbox user inside the sandbox's mount namespace, so a symlink made
-// in the sandbox can never lead to a host file. The agent ends the sandbox at
-// its deadline or idle timeout even when no plugin runs.
+// RunSandboxRole), so that the sandbox ends whenever the agent does and
+// signals from inside cannot reach it. It listens on a unix socket that the
+// plugin created and passed in, runs commands under a per-exec subreaper
+// shim, with the rlimits from the settings, and does file operations as the
+// sandbox user inside the sandbox's mount namespace, so a symlink made in
+// the sandbox can never lead to a host file. The agent ends the sandbox at
+// its deadline and after its idle timeout even when no plugin runs; the
+// plugin's reaper terminates what outlives its deadline and cleans up after
+// dead sandboxes.
 //
 // All state lives under state_dir, one JSON record per sandbox, so a
-// restarted plugin knows the live sandboxes again and cleans up dead ones.
+// restarted plugin knows the live sandboxes again and cleans up dead ones;
+// several plugin processes may share one state_dir.
+//
+// Not enforced: CreateSpec.Resources (memory, CPUs and disk are bounded only
+// by the rlimits in the settings), a volume's CapacityMB, and Secret.Hosts
+// (secrets are environment variables). Priority, Preemptible, Flavor and
+// Region are ignored.
 package local
 
 import (
@@ -363,19 +375,28 @@ func installAgent(stateDir, exe string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("locating the provider binary: %w", err)
 	}
-	dst := filepath.Join(stateDir, "bin", fmt.Sprintf("agent-%x-%x", fi.Size(), fi.ModTime().UnixNano()))
-	if _, err := os.Stat(dst); err == nil {
-		return dst, nil
-	}
-	tmp := fmt.Sprintf("%s.tmp-%d", dst, os.Getpid())
-	os.Remove(tmp)
-	if fi.Mode().Perm()&0o005 != 0o005 || os.Link(exe, tmp) != nil {
-		if err := copyFile(exe, tmp, 0o755); err != nil {
+	bin := filepath.Join(stateDir, "bin")
+	name := fmt.Sprintf("agent-%x-%x", fi.Size(), fi.ModTime().UnixNano())
+	dst := filepath.Join(bin, name)
+	if _, err := os.Stat(dst); err != nil {
+		tmp := fmt.Sprintf("%s.tmp-%d", dst, os.Getpid())
+		os.Remove(tmp)
+		if fi.Mode().Perm()&0o005 != 0o005 || os.Link(exe, tmp) != nil {
+			if err := copyFile(exe, tmp, 0o755); err != nil {
+				return "", fmt.Errorf("installing the agent binary: %w", err)
+			}
+		}
+		if err := os.Rename(tmp, dst); err != nil {
 			return "", fmt.Errorf("installing the agent binary: %w", err)
 		}
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return "", fmt.Errorf("installing the agent binary: %w", err)
+	// Earlier versions go. Sandboxes started with one keep it: their bind
+	// mount holds the file even after it is removed here.
+	entries, _ := os.ReadDir(bin)
+	for _, e := range entries {
+		if e.Name() != name && strings.HasPrefix(e.Name(), "agent-") {
+			os.Remove(filepath.Join(bin, e.Name()))
+		}
 	}
 	return dst, nil
 }
