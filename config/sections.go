@@ -124,13 +124,31 @@ func (l *LocalSettings) check(c *Config, r *report) {
 	}
 }
 
-func (s *SandySettings) setDefaults() {
-	s.APIKeyEnv = "SANDY_API_KEY"
-	s.Priority = 1
-	s.RequestTimeout = Duration(60 * time.Second)
-	s.MaxRetries = 4
-	s.RetryBaseDelay = Duration(500 * time.Millisecond)
+func (s *SandySettings) setDefaults() { *s = DefaultSandySettings() }
+
+// DefaultSandySettings returns [provider.sandy] as an empty table leaves it.
+// The plugin starts from it too, so that settings JSON written by hand may
+// leave keys out.
+func DefaultSandySettings() SandySettings {
+	return SandySettings{
+		APIKeyEnv:       "SANDY_API_KEY",
+		Priority:        1,
+		RequestTimeout:  Duration(60 * time.Second),
+		MaxRetries:      4,
+		RetryBaseDelay:  Duration(500 * time.Millisecond),
+		CreateTimeout:   Duration(180 * time.Second),
+		WarmupAttempts:  5,
+		ReadChunkBytes:  1 << 20,
+		WriteChunkBytes: 1 << 20,
+	}
 }
+
+// Bounds of read_chunk_bytes and write_chunk_bytes: a chunk travels base64
+// encoded inside one JSON body.
+const (
+	SandyMinChunkBytes = 4 << 10
+	SandyMaxChunkBytes = 8 << 20
+)
 
 // check validates [provider.sandy]; base_url is only required when Sandy is
 // the selected provider. The URL is never echoed: it could carry a token.
@@ -162,8 +180,20 @@ func (s *SandySettings) check(selected bool, r *report) {
 	}
 	positive(r, t+".request_timeout", s.RequestTimeout)
 	positive(r, t+".retry_base_delay", s.RetryBaseDelay)
+	positive(r, t+".create_timeout", s.CreateTimeout)
 	if s.MaxRetries < 0 || s.MaxRetries > 20 {
 		r.add(t+".max_retries", "%s.max_retries: must be from 0 to 20, not %d", t, s.MaxRetries)
+	}
+	if s.WarmupAttempts < 1 || s.WarmupAttempts > 20 {
+		r.add(t+".warmup_attempts", "%s.warmup_attempts: must be from 1 to 20, not %d", t, s.WarmupAttempts)
+	}
+	for _, c := range []struct {
+		key string
+		v   int
+	}{{"read_chunk_bytes", s.ReadChunkBytes}, {"write_chunk_bytes", s.WriteChunkBytes}} {
+		if c.v < SandyMinChunkBytes || c.v > SandyMaxChunkBytes {
+			r.add(t+"."+c.key, "%s.%s: must be from %d (4 KiB) to %d (8 MiB), not %d", t, c.key, SandyMinChunkBytes, SandyMaxChunkBytes, c.v)
+		}
 	}
 }
 

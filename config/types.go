@@ -60,6 +60,7 @@ type LocalSettings struct {
 }
 
 // SandySettings is [provider.sandy]: the Sandy sandbox service over HTTP.
+// The plugin decodes the same struct from the JSON the host sends it.
 type SandySettings struct {
 	BaseURL        string   `toml:"base_url" json:"base_url"`
 	APIKeyEnv      string   `toml:"api_key_env" json:"api_key_env"`
@@ -70,6 +71,16 @@ type SandySettings struct {
 	RequestTimeout Duration `toml:"request_timeout" json:"request_timeout"`
 	MaxRetries     int      `toml:"max_retries" json:"max_retries"`
 	RetryBaseDelay Duration `toml:"retry_base_delay" json:"retry_base_delay"`
+	// CreateTimeout bounds one create request: a cold start takes tens of
+	// seconds.
+	CreateTimeout Duration `toml:"create_timeout" json:"create_timeout"`
+	// WarmupAttempts is how often a new sandbox is probed (status, then a
+	// trivial exec) before Create gives up on it.
+	WarmupAttempts int `toml:"warmup_attempts" json:"warmup_attempts"`
+	// ReadChunkBytes is how much file content or command output one exec
+	// brings back; WriteChunkBytes how much one file upload carries.
+	ReadChunkBytes  int `toml:"read_chunk_bytes" json:"read_chunk_bytes"`
+	WriteChunkBytes int `toml:"write_chunk_bytes" json:"write_chunk_bytes"`
 }
 
 // Decode decodes a provider's settings JSON (as sent by the host in
