@@ -83,6 +83,8 @@ const (
 	defaultExecTimeout       = 10 * time.Minute
 	defaultSnapshotTimeout   = 15 * time.Minute
 	reapInterval             = 10 * time.Second
+	// shmSize bounds /dev/shm, as Docker's default does.
+	shmSize = 64 << 20
 )
 
 // DefaultROPaths are the host paths every sandbox sees, read-only, when the

@@ -520,7 +520,10 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		"--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID),
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
 	args = append(args, s.roArgs...)
+	// bwrap's /dev is a tmpfs the sandbox could fill RAM through: it is made
+	// read-only, and shared memory gets a tmpfs of bounded size.
 	args = append(args, "--proc", "/proc", "--dev", "/dev",
+		"--size", fmt.Sprint(shmSize), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
 		"--bind", st.path(filepath.Join(priv, "tmp"), "tmp"), "/tmp",
 		"--bind", st.path(filepath.Join(priv, "home"), "home"), homePath)
 	workMounted := false

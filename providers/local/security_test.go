@@ -75,13 +75,15 @@ func TestSecurityReadOnlySystemDirs(t *testing.T) {
 	sb := e.create(providers.CreateSpec{})
 	for _, script := range []string{
 		"touch /usr/evil", "echo x >> /etc/passwd", "touch /bin/evil", "mkdir /newdir", "touch /etc/evil",
-		"touch /.sandstep/evil", "echo x > /.sandstep/agent", "mount -t tmpfs none /tmp",
+		"touch /.sandstep/evil", "echo x > /.sandstep/agent", "mount -t tmpfs none /tmp", "touch /dev/evil",
+		// Shared memory works, but cannot eat the host's RAM.
+		"head -c 100000000 /dev/zero > /dev/shm/big",
 	} {
 		if r := e.exec(sb.ID, providers.ExecRequest{Shell: script + " 2>/dev/null"}); r.ExitCode == 0 {
 			t.Errorf("%q succeeded in the sandbox", script)
 		}
 	}
-	e.sh(sb.ID, "touch /tmp/ok /home/sandbox/ok /workspace/ok")
+	e.sh(sb.ID, "touch /tmp/ok /home/sandbox/ok /workspace/ok; rm -f /dev/shm/big; head -c 1000000 /dev/zero > /dev/shm/ok")
 	if _, err := os.Stat("/usr/evil"); err == nil {
 		t.Errorf("/usr/evil exists on the host")
 	}
