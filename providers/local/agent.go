@@ -178,12 +178,11 @@ func (a *agent) shutdown(reason string) {
 
 // reapOrphans reaps every child that ends: the shims, and as pid 1 the
 // processes orphaned when a shim is killed from inside the sandbox.
-// Shims report through their status pipe, so no one waits for them.
+// Shims report through their status pipe, so no one waits for them. It
+// reaps on any signal, not only SIGCHLD: signal.Notify drops signals when
+// the channel is full, and the runtime's frequent SIGURG could fill it.
 func reapOrphans(sigs <-chan os.Signal) {
-	for sig := range sigs {
-		if sig != syscall.SIGCHLD {
-			continue
-		}
+	for range sigs {
 		for {
 			var ws unix.WaitStatus
 			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
