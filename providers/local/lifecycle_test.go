@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -250,5 +251,32 @@ func TestConfigure(t *testing.T) {
 		!info.Capabilities.Supports(providers.NetworkAll) || info.Capabilities.Supports(providers.NetworkAllowlist) ||
 		!info.Capabilities.FileAPI || info.Capabilities.PublicURL {
 		t.Errorf("Info = %+v", info)
+	}
+}
+
+func TestRlimits(t *testing.T) {
+	e := newEnv(t, func(ls *config.LocalSettings) {
+		ls.MaxCPUSeconds = 7
+		ls.MaxAddressSpaceMB = 2048
+		ls.MaxOpenFiles = 100
+		ls.MaxFileSizeMB = 1
+		ls.MaxProcesses = 50
+	})
+	sb := e.create(providers.CreateSpec{})
+	if out := e.sh(sb.ID, "bash -c 'echo $(ulimit -t) $(ulimit -v) $(ulimit -n) $(ulimit -f) $(ulimit -u)'"); out != "7 2097152 100 1024 50\n" {
+		t.Errorf("limits in the sandbox: %q", out)
+	}
+	r := e.exec(sb.ID, providers.ExecRequest{Shell: "head -c 2000000 /dev/zero > /workspace/big"})
+	if r.Signal != "SIGXFSZ" && r.ExitCode != 128+25 {
+		t.Errorf("writing past max_file_size_mb: %+v", r.ExecResult)
+	}
+	err := e.p.WriteFile(e.ctx, sb.ID, providers.WriteFileRequest{Path: "/workspace/big2", Content: bytes.NewReader(make([]byte, 2<<20))})
+	wantCode(t, "WriteFile past max_file_size_mb", err, providers.ResourceExhausted)
+
+	// The defaults leave CPU time and address space unlimited.
+	d := newEnv(t, nil)
+	sb = d.create(providers.CreateSpec{})
+	if out := d.sh(sb.ID, "bash -c 'echo $(ulimit -t) $(ulimit -v) $(ulimit -u) $(ulimit -n)'"); out != "unlimited unlimited 256 1024\n" {
+		t.Errorf("default limits in the sandbox: %q", out)
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,19 +71,21 @@ const (
 	sandboxUID = 1000
 )
 
-// Defaults for settings left zero.
+// Defaults for settings left zero, as config.toml documents them. CPU time
+// and address space have none (0 = no limit): Node.js and Chromium reserve
+// far more address space than they use, and exec timeouts and lifetimes
+// bound CPU already. The uid range sits far above the subordinate uid
+// ranges (/etc/subuid) that user namespaces of login users take.
 const (
-	defaultMaxProcesses      = 256
-	defaultMaxFileSizeMB     = 1024
-	defaultMaxCPUSeconds     = 600
-	defaultMaxAddressSpaceMB = 8192
-	defaultMaxOpenFiles      = 1024
-	defaultUIDRangeStart     = 200000
-	defaultUIDRangeSize      = 60000
-	defaultLifetime          = time.Hour
-	defaultExecTimeout       = 10 * time.Minute
-	defaultSnapshotTimeout   = 15 * time.Minute
-	reapInterval             = 10 * time.Second
+	defaultMaxProcesses    = 256
+	defaultMaxFileSizeMB   = 1024
+	defaultMaxOpenFiles    = 1024
+	defaultUIDRangeStart   = 2_000_000_000
+	defaultUIDRangeSize    = 10_000
+	defaultLifetime        = time.Hour
+	defaultExecTimeout     = 10 * time.Minute
+	defaultSnapshotTimeout = 15 * time.Minute
+	reapInterval           = 10 * time.Second
 	// shmSize bounds /dev/shm, as Docker's default does.
 	shmSize = 64 << 20
 )
@@ -271,14 +274,16 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 		limits: rlimits{
 			NProc:  uint64(orDefault(ls.MaxProcesses, defaultMaxProcesses)),
 			FSize:  uint64(orDefault(ls.MaxFileSizeMB, defaultMaxFileSizeMB)) << 20,
-			CPU:    uint64(orDefault(ls.MaxCPUSeconds, defaultMaxCPUSeconds)),
-			AS:     uint64(orDefault(ls.MaxAddressSpaceMB, defaultMaxAddressSpaceMB)) << 20,
+			CPU:    uint64(ls.MaxCPUSeconds),
+			AS:     uint64(ls.MaxAddressSpaceMB) << 20,
 			NoFile: uint64(orDefault(ls.MaxOpenFiles, defaultMaxOpenFiles)),
 		},
 	}
 	s.maxFileSize = int64(s.limits.FSize)
-	if s.uidStart+s.uidSize > 1<<31 {
-		return bad("uid range %d+%d is too large", s.uidStart, s.uidSize)
+	// bubblewrap writes uid maps with printf's %d: a uid above the largest
+	// int32 becomes negative and the kernel refuses the map.
+	if int64(s.uidStart)+int64(s.uidSize)-1 > math.MaxInt32 {
+		return bad("uid_range_start + uid_range_size: the range must end at or below %d (bubblewrap cannot map larger uids)", math.MaxInt32)
 	}
 
 	roPaths := ls.ROPaths

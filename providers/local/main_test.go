@@ -48,7 +48,7 @@ func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
 	requireBwrap(t)
 	// A uid range of its own, so that counting a sandbox's host processes
 	// by uid sees no other test's (or other program's) sandboxes.
-	ls := config.LocalSettings{StateDir: t.TempDir(), UIDRangeStart: 300000 + rand.IntN(100000)*64, UIDRangeSize: 64}
+	ls := config.LocalSettings{StateDir: t.TempDir(), UIDRangeStart: 2_010_000_000 + rand.IntN(1_000_000)*64, UIDRangeSize: 64}
 	if mod != nil {
 		mod(&ls)
 	}
