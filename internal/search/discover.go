@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 
@@ -66,7 +67,8 @@ type QueryOutcome struct {
 // is worth no more than a failure, so the next backend is asked too). A
 // backend that refused a request outright (a bad key) is not asked again.
 //
-// The results are normalized (NormalizeURL), merged and ranked: seeds
+// The results are normalized (NormalizeURL), merged as the crawler would
+// (a trailing slash makes no other page) and ranked: seeds
 // first in their order and always kept, then by the best rank a URL had
 // in any answer, then by how many answers had it, then by first sight. At
 // most limit sources are kept besides the seeds.
@@ -92,9 +94,9 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 		if err != nil {
 			return Discovery{}, fmt.Errorf("search: seed URL: %w", err)
 		}
-		if byURL[u] == nil {
+		if k := dedupeKey(u); byURL[k] == nil {
 			c := &candidate{url: u, seed: true, order: len(all)}
-			byURL[u] = c
+			byURL[k] = c
 			all = append(all, c)
 		}
 	}
@@ -139,18 +141,22 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 		inQuery := map[string]bool{} // frequency counts answers, not repeats in one
 		for i, r := range results {
 			u, err := NormalizeURL(r.URL)
-			if err != nil || inQuery[u] {
+			if err != nil {
 				continue
 			}
-			inQuery[u] = true
+			k := dedupeKey(u)
+			if inQuery[k] {
+				continue
+			}
+			inQuery[k] = true
 			rank := r.Rank
 			if rank <= 0 {
 				rank = i + 1
 			}
-			c := byURL[u]
+			c := byURL[k]
 			if c == nil {
 				c = &candidate{url: u, order: len(all)}
-				byURL[u] = c
+				byURL[k] = c
 				all = append(all, c)
 			}
 			// The best-ranked answer's text wins; a later one only fills
@@ -192,10 +198,22 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 	return d, nil
 }
 
-// NormalizeURL returns the form of an http(s) URL under which pages are
-// compared: scheme and host lower-cased, default port, fragment, user
-// information and utm_* tracking parameters dropped, an empty path made
-// "/". The other query parameters keep their order and spelling.
+// trackingParams only say where a visitor came from; two URLs that differ
+// only in them are the same page. The list is the crawler's
+// (internal/crawler), which this package does not import: it would bring a
+// browser driver into the discover Lambda.
+var trackingParams = map[string]bool{
+	"gclid": true, "dclid": true, "fbclid": true, "msclkid": true, "yclid": true,
+	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true,
+	"ref_src": true, "ref_url": true,
+}
+
+// NormalizeURL returns an http(s) URL in the crawler's normal form: scheme
+// and host lower-cased, no default port, user information or fragment, no
+// tracking parameters (utm_*, gclid, fbclid...), the other parameters
+// sorted by key, dot segments resolved and an empty path made "/". A
+// trailing slash stays: servers may answer "/docs" and "/docs/"
+// differently.
 func NormalizeURL(raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
@@ -205,11 +223,8 @@ func NormalizeURL(raw string) (string, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%q is not an http or https URL", shorten(raw, 200))
 	}
-	host, port := u.Hostname(), u.Port()
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if host == "" {
-		return "", fmt.Errorf("%q has no host", shorten(raw, 200))
-	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	port := u.Port()
 	if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
 		port = ""
 	}
@@ -223,24 +238,44 @@ func NormalizeURL(raw string) (string, error) {
 	}
 	u.User = nil
 	u.Fragment, u.RawFragment = "", ""
-	if u.RawQuery != "" {
-		params := strings.Split(u.RawQuery, "&")
-		kept := params[:0]
-		for _, p := range params {
-			k, _, _ := strings.Cut(p, "=")
-			if uk, err := url.QueryUnescape(k); err == nil {
-				k = uk
-			}
-			if p == "" || strings.HasPrefix(strings.ToLower(k), "utm_") {
-				continue
-			}
-			kept = append(kept, p)
-		}
-		u.RawQuery = strings.Join(kept, "&")
-	}
-	u.ForceQuery = false
 	if u.Path == "" {
 		u.Path, u.RawPath = "/", ""
+	} else {
+		clean := path.Clean("/" + u.Path)
+		if strings.HasSuffix(u.Path, "/") && clean != "/" {
+			clean += "/"
+		}
+		if clean != u.Path {
+			u.Path, u.RawPath = clean, ""
+		}
 	}
+	if u.RawQuery != "" {
+		// A query that does not parse (a stray "%") is kept as it is: the
+		// server may still understand it.
+		if q, err := url.ParseQuery(u.RawQuery); err == nil {
+			for k := range q {
+				if lk := strings.ToLower(k); trackingParams[lk] || strings.HasPrefix(lk, "utm_") {
+					delete(q, k)
+				}
+			}
+			u.RawQuery = q.Encode()
+		}
+	}
+	u.ForceQuery = false
 	return u.String(), nil
+}
+
+// dedupeKey is the crawler's deduplication key of a normalized URL: without
+// the trailing slash of a non-root path.
+func dedupeKey(normalized string) string {
+	u, err := url.Parse(normalized)
+	if err != nil || len(u.Path) <= 1 || !strings.HasSuffix(u.Path, "/") {
+		return normalized
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	u.RawPath = ""
+	return u.String()
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/crawler"
 	"github.com/sandstep/sandstep/internal/search"
 	"github.com/sandstep/sandstep/internal/store"
 )
@@ -245,7 +246,10 @@ func TestRelatedQueries(t *testing.T) {
 
 func TestNormalizeURL(t *testing.T) {
 	for in, want := range map[string]string{
-		"HTTPS://Example.COM:443/Path?b=2&a=1#frag":                   "https://example.com/Path?b=2&a=1",
+		"HTTPS://Example.COM:443/Path?b=2&a=1#frag":                   "https://example.com/Path?a=1&b=2",
+		"https://example.com/a/./b/../c/?fbclid=x&gclid=y":            "https://example.com/a/c/",
+		"https://example.com/?q=100%":                                 "https://example.com/?q=100%",
+		"https://example.com/?z=1&y=2&z=0":                            "https://example.com/?y=2&z=1&z=0",
 		"http://example.com:80":                                       "http://example.com/",
 		"http://example.com:8080/x":                                   "http://example.com:8080/x",
 		"https://example.com:80/x":                                    "https://example.com:80/x",
@@ -267,6 +271,31 @@ func TestNormalizeURL(t *testing.T) {
 		if got, err := search.NormalizeURL(in); err == nil {
 			t.Errorf("NormalizeURL(%q) = %q, want an error", in, got)
 		}
+	}
+}
+
+// Discover keeps URLs in the crawler's form, so that a page found twice is
+// crawled once.
+func TestNormalizeURLIsTheCrawlers(t *testing.T) {
+	for _, in := range []string{
+		"HTTPS://Example.COM:443/Path?b=2&a=1#frag", "http://example.com:80", "https://user:pw@example.com/x/",
+		"https://example.com/?utm_source=a&id=7&fbclid=1", "https://example.com./a/../b", "https://[2001:DB8::1]:443/",
+		"https://en.wikipedia.org/wiki/Go_(programming_language)", "https://example.com/a?", "https://example.com/?q=100%",
+		"https://example.com/caf%C3%A9/?x=%20y", "http://example.com:8080/docs/",
+	} {
+		got, err := search.NormalizeURL(in)
+		want, werr := crawler.Normalize(in)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Errorf("%q: search %q, %v; crawler %q, %v", in, got, err, want, werr)
+		}
+	}
+	s, _ := searx(t, map[string][]string{"q": {"https://x.example/docs/|docs|a", "https://x.example/docs|docs again|b", "https://x.example/|root|c"}})
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"https://x.example/docs"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := urls(d.Sources); !reflect.DeepEqual(got, []string{"https://x.example/docs", "https://x.example/"}) {
+		t.Fatalf("got %v", got)
 	}
 }
 
