@@ -810,7 +810,7 @@ func (p *Provider) kill(ctx context.Context, sb *sandbox) {
 		return
 	}
 	// Started by another process: poll. The pid namespace is gone once its
-	// init is, and bwrap follows it.
+	// pid 1, the agent, is, and bwrap follows it.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil &&
 		(processAlive(rec.InitPID, rec.InitStart) || processAlive(rec.BwrapPID, rec.BwrapStart)) {
