@@ -44,6 +44,7 @@ const browserLaunchTimeout = 30 * time.Second
 type browser struct {
 	path      string
 	userAgent string
+	report    func(Progress)
 
 	once    sync.Once
 	ctx     context.Context // the browser's chromedp context
@@ -56,13 +57,19 @@ type browser struct {
 	tabs chan struct{}
 }
 
-func newBrowser(path, userAgent string, maxTabs int) *browser {
-	return &browser{path: path, userAgent: userAgent, tabs: make(chan struct{}, maxTabs)}
+func newBrowser(path, userAgent string, maxTabs int, report func(Progress)) *browser {
+	return &browser{path: path, userAgent: userAgent, report: report, tabs: make(chan struct{}, maxTabs)}
 }
 
-// start launches the browser once; later calls return the first outcome.
+// start launches the browser once; later calls return the first outcome. A
+// failure is reported as a browser error line: the crawl goes on over HTTP.
 func (b *browser) start() error {
 	b.once.Do(func() {
+		defer func() {
+			if b.err != nil {
+				b.report(Progress{Stage: StageBrowser, Status: StatusError, Message: b.err.Error() + ": HTTP mode"})
+			}
+		}()
 		dir, err := os.MkdirTemp("", "sandstep-crawler-chromium-")
 		if err != nil {
 			b.err = fmt.Errorf("browser profile dir: %w", err)

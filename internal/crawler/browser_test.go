@@ -137,4 +137,22 @@ func TestBrowserThatWillNotStart(t *testing.T) {
 	if len(out.Pages) != 1 || out.Pages[0].Mode != "http" {
 		t.Errorf("pages = %+v", out.Pages)
 	}
+
+	// In auto mode the browser starts with the first page that needs it;
+	// its failure is reported then, and the page is kept as HTTP gave it.
+	out, lines = run(t, t.Context(), Input{
+		Sources:     []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
+		Render:      RenderAuto,
+		BrowserPath: fake,
+	})
+	var failed bool
+	for _, p := range lines {
+		failed = failed || (p.Stage == StageBrowser && p.Status == StatusError)
+	}
+	if !failed {
+		t.Errorf("no browser error line in %+v", lines)
+	}
+	if len(out.Pages) != 1 || out.Pages[0].Mode != "http" || out.Pages[0].Content != "Loading..." {
+		t.Errorf("pages = %+v", out.Pages)
+	}
 }

@@ -45,6 +45,7 @@ type task struct {
 	url    string // normalized
 	key    string
 	n      int
+	title  string // the source's title, for a page that has none
 	parent string
 	depth  int
 
@@ -77,7 +78,8 @@ type outcome struct {
 }
 
 // Crawl crawls from in.Sources within in.Limits and returns what it found.
-// report, when not nil, gets every progress line.
+// report, when not nil, gets every progress line; it may be called from
+// several goroutines at once.
 //
 // The crawl is breadth first and its result does not depend on timing: URLs
 // are planned in BFS order, up to concurrency of them are fetched at once, and
@@ -109,17 +111,16 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 		report(Progress{Stage: StageBrowser, Status: StatusComplete, Message: "no browser: HTTP mode"})
 	case in.Render == RenderAlways:
 		report(Progress{Stage: StageBrowser, Status: StatusRunning, Message: "Launching browser " + path})
-		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs))
+		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report)
 		if err := br.start(); err != nil {
-			report(Progress{Stage: StageBrowser, Status: StatusError, Message: err.Error() + ": HTTP mode"})
 			br = nil
 		} else {
 			report(Progress{Stage: StageBrowser, Status: StatusComplete, Message: "browser ready: " + path})
 		}
 	default:
 		// auto: most pages need no browser, so it starts with the first page
-		// that does.
-		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs))
+		// that does; if it fails then, an error line says so.
+		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report)
 		report(Progress{Stage: StageBrowser, Status: StatusComplete, Message: "browser found: " + path + " (started for pages that need scripts)"})
 	}
 	if br != nil {
@@ -140,6 +141,8 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 	for _, s := range in.Sources {
 		if reason := c.plan(s.URL, s.N, "", 1); reason != "" {
 			c.skipped = append(c.skipped, Skipped{URL: s.URL, Reason: reason})
+		} else {
+			c.tasks[len(c.tasks)-1].title = s.Title
 		}
 	}
 	report(Progress{Stage: StageCrawl, Status: StatusRunning, Total: c.total(), Message: fmt.Sprintf("Crawling %d sources", len(in.Sources))})
@@ -369,6 +372,9 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 	if ex.Text == "" {
 		o.skip = "no text"
 		return o
+	}
+	if ex.Title == "" {
+		ex.Title = t.title
 	}
 	content, cut := truncateText(ex.Text, v.in.Limits.MaxCharsPerSource)
 	o.page = &Page{

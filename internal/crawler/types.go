@@ -17,15 +17,19 @@ type Source struct {
 }
 
 // Limits bound one crawl. A zero field takes the default of DefaultLimits.
+//
+// The page limits count URLs fetched, skipped ones included: a fetch costs
+// its time whatever it brings. Followed links to obvious non-pages (.pdf,
+// images, archives) are not fetched and so do not count.
 type Limits struct {
 	MaxPages          int `json:"max_pages,omitempty"`
-	MaxDepth          int `json:"max_depth,omitempty"` // 1 = the sources only, 2 = one level of links
-	MaxLinksPerPage   int `json:"max_links_per_page,omitempty"`
+	MaxDepth          int `json:"max_depth,omitempty"`          // 1 = the sources only, 2 = one level of links
+	MaxLinksPerPage   int `json:"max_links_per_page,omitempty"` // new same-host links followed from one page
 	MaxPagesPerHost   int `json:"max_pages_per_host,omitempty"`
 	MaxCharsPerSource int `json:"max_chars_per_source,omitempty"`
 	MaxDurationMS     int `json:"max_duration_ms,omitempty"`
 	Concurrency       int `json:"concurrency,omitempty"`
-	PageTimeoutMS     int `json:"page_timeout_ms,omitempty"`
+	PageTimeoutMS     int `json:"page_timeout_ms,omitempty"` // per fetch; a render gets its own
 	MaxPageBytes      int `json:"max_page_bytes,omitempty"`
 }
 
