@@ -33,10 +33,9 @@ const maxRange = 50
 // definitions ("[3]: url") are dropped. Code blocks and code spans are left
 // alone.
 func FixCitations(md string, valid map[int]bool) string {
-	var out strings.Builder
-	out.Grow(len(md))
-	walk(md, &out, refDefinition.MatchString, func(s string) { fixProse(&out, s, valid) })
-	return out.String()
+	out := &buffer{b: make([]byte, 0, len(md))}
+	walk(md, out, refDefinition.MatchString, func(s string) { fixProse(out, s, valid) })
+	return string(out.b)
 }
 
 // Cited returns the source numbers md cites (outside code and reference
@@ -45,7 +44,7 @@ func Cited(md string) []int {
 	var (
 		out  []int
 		seen = map[int]bool{}
-		sink strings.Builder
+		sink buffer
 	)
 	walk(md, &sink, refDefinition.MatchString, func(s string) {
 		for _, m := range citeGroup.FindAllStringIndex(s, -1) {
@@ -66,7 +65,7 @@ func Cited(md string) []int {
 // walk copies md to out line by line, leaving fenced code blocks and code
 // spans as they are, skipping the prose lines drop selects, and handing
 // the prose between code spans to prose, which writes it to out.
-func walk(md string, out *strings.Builder, drop func(string) bool, prose func(string)) {
+func walk(md string, out *buffer, drop func(string) bool, prose func(string)) {
 	fence := ""
 	for line := range strings.SplitAfterSeq(md, "\n") {
 		trimmed := strings.TrimLeft(line, " ")
@@ -126,7 +125,7 @@ func fenceOpener(s string) string {
 	return ""
 }
 
-func fixProse(out *strings.Builder, s string, valid map[int]bool) {
+func fixProse(out *buffer, s string, valid map[int]bool) {
 	last := 0
 	for _, m := range citeGroup.FindAllStringIndex(s, -1) {
 		start, end := m[0], m[1]
@@ -158,9 +157,9 @@ func fixProse(out *strings.Builder, s string, valid map[int]bool) {
 		default:
 			next, _ := utf8.DecodeRuneInString(s[end:])
 			if end == len(s) || next == '\n' || (next != '[' && !unicode.IsLetter(next) && !unicode.IsDigit(next)) {
-				trimTrailingBlanks(out)
+				out.trimBlanks()
 			}
-			if str := out.String(); str == "" || strings.HasSuffix(str, "\n") {
+			if n := len(out.b); n == 0 || out.b[n-1] == '\n' {
 				// Nothing before it on the line: drop the blank after it.
 				for last < len(s) && (s[last] == ' ' || s[last] == '\t') {
 					last++
@@ -211,13 +210,15 @@ func joinInts(ns []int) string {
 	return strings.Join(parts, ", ")
 }
 
-// trimTrailingBlanks removes spaces and tabs at the end of b.
-func trimTrailingBlanks(b *strings.Builder) {
-	s := b.String()
-	t := strings.TrimRight(s, " \t")
-	if len(t) == len(s) {
-		return
+// buffer is the output of FixCitations: removing a citation trims the
+// blanks written before it, which a strings.Builder cannot do in place.
+type buffer struct{ b []byte }
+
+func (o *buffer) WriteString(s string) { o.b = append(o.b, s...) }
+
+// trimBlanks removes spaces and tabs at the end.
+func (o *buffer) trimBlanks() {
+	for n := len(o.b); n > 0 && (o.b[n-1] == ' ' || o.b[n-1] == '\t'); n-- {
+		o.b = o.b[:n-1]
 	}
-	b.Reset()
-	b.WriteString(t)
 }

@@ -239,7 +239,6 @@ type chatRequest struct {
 // streamChunk is one server-sent event of a streamed completion; a
 // non-streamed answer has the same shape with message instead of delta.
 type streamChunk struct {
-	Model   string `json:"model"`
 	Choices []struct {
 		Delta        struct{ Content string } `json:"delta"`
 		Message      struct{ Content string } `json:"message"`

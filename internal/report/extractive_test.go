@@ -1,6 +1,8 @@
 package report_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -190,5 +192,31 @@ func TestExtractiveEscapesPageText(t *testing.T) {
 		if strings.Contains(md, bad) {
 			t.Errorf("report contains %q:\n%s", bad, md)
 		}
+	}
+}
+
+func TestGenerateWithoutModel(t *testing.T) {
+	md, _, err := report.Generate(t.Context(), nil, "q", corpus, report.PromptOptions{}, nil)
+	if md != "" || !errors.Is(err, report.ErrNoModel) {
+		t.Fatalf("md %q, err %v", md, err)
+	}
+}
+
+// BenchmarkExtractive is the report phase's cost without a model at the
+// largest budget: 20 sources of 13,200 characters.
+func BenchmarkExtractive(b *testing.B) {
+	var page strings.Builder
+	for i := 0; page.Len() < 13200; i++ {
+		fmt.Fprintf(&page, "Sentence %d says that solid-state batteries differ from lithium-ion cells in cost and safety, however the data vary. ", i)
+		if i%5 == 4 {
+			page.WriteString("\n")
+		}
+	}
+	var sources []store.Source
+	for n := 1; n <= 20; n++ {
+		sources = append(sources, store.Source{N: n, URL: fmt.Sprintf("https://s%d.example/", n), Title: "Page", Content: strings.ReplaceAll(page.String(), "Sentence", fmt.Sprintf("Page %d sentence", n))})
+	}
+	for b.Loop() {
+		report.Extractive("solid-state batteries vs lithium-ion", sources)
 	}
 }

@@ -19,10 +19,14 @@ import (
 // Generate asks the model for the report on query from sources and returns
 // it finished (see Finish). onChunk gets the model's raw text as it comes.
 //
-// When no model wrote anything, md is "" and err matches ErrNoAnswer: build
-// the Extractive report instead. When the answer broke off, md is the
-// finished report of what was written and err matches ErrPartial.
+// When no model wrote anything, md is "" and err matches ErrNoAnswer (or is
+// ErrNoModel for a nil c): build the Extractive report instead. When the
+// answer broke off, md is the finished report of what was written and err
+// matches ErrPartial.
 func Generate(ctx context.Context, c *Client, query string, sources []store.Source, opt PromptOptions, onChunk func(text string)) (md string, comp Completion, err error) {
+	if c == nil {
+		return "", Completion{}, ErrNoModel
+	}
 	messages, used := Prompt(query, sources, opt)
 	comp, err = c.Stream(ctx, messages, onChunk)
 	if comp.Text == "" {
