@@ -81,7 +81,7 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 func (l *LocalSettings) setDefaults() {
 	// StateDir is left empty: its default lives under server.data_dir,
 	// which is only known once the file is read.
-	l.ROPaths = []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}
+	l.ROPaths = append([]string(nil), DefaultLocalROPaths...)
 	l.UIDRangeStart = 2_000_000_000
 	l.UIDRangeSize = 10_000
 	l.MaxProcesses = 256
@@ -91,8 +91,18 @@ func (l *LocalSettings) setDefaults() {
 	l.MaxOpenFiles = 1024
 }
 
-// maxUID is the highest uid a sandbox may get: (uid_t)-1 is not a uid.
-const maxUID int64 = 1<<32 - 2
+// DefaultLocalROPaths are the host paths every local sandbox sees,
+// read-only: programs and libraries, CA certificates for TLS, and what name
+// resolution needs when the network is on. Missing ones are skipped.
+var DefaultLocalROPaths = []string{
+	"/usr", "/bin", "/sbin", "/lib", "/lib64",
+	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
+	"/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
+}
+
+// maxUID is the highest uid a sandbox may get: bubblewrap 0.8 writes uid
+// maps with %d, so larger uids wrap negative.
+const maxUID int64 = 1<<31 - 1
 
 func (l *LocalSettings) check(c *Config, r *report) {
 	const t = "provider.local"
@@ -107,11 +117,11 @@ func (l *LocalSettings) check(c *Config, r *report) {
 		}
 	}
 	switch {
-	case l.UIDRangeSize < 0:
-		r.add(t+".uid_range_size", "%s.uid_range_size: must not be negative", t)
-	case l.UIDRangeSize > 0 && l.UIDRangeStart < 1000:
+	case l.UIDRangeSize < 1:
+		r.add(t+".uid_range_size", "%s.uid_range_size: must be at least 1", t)
+	case l.UIDRangeStart < 1000:
 		r.add(t+".uid_range_start", "%s.uid_range_start: must be at least 1000, above system and login accounts", t)
-	case l.UIDRangeSize > 0 && int64(l.UIDRangeStart)+int64(l.UIDRangeSize)-1 > maxUID:
+	case int64(l.UIDRangeStart)+int64(l.UIDRangeSize)-1 > maxUID:
 		r.add(t+".uid_range_size", "%s.uid_range_start + uid_range_size: the range must end at or below %d", t, maxUID)
 	}
 	atLeast(r, t+".max_processes", l.MaxProcesses, 1)

@@ -89,26 +89,11 @@ func startLocal(t *testing.T) *plugin.Client {
 	return p
 }
 
-// localDeviations are cases the local provider fails today, each a
-// departure from providers/proto/provider.proto reported to its owner:
-//   - create-invalid: an unknown network mode is Unsupported, not
-//     InvalidArgument (the proto keeps Unsupported for known modes the
-//     provider lacks).
-//   - files-wrong-type: reading or writing a directory as a file and
-//     listing a file are InvalidArgument, not FailedPrecondition.
-//   - snapshot-delete-in-use: DeleteSnapshot refuses while a sandbox booted
-//     from the snapshot runs; the proto says such sandboxes keep running
-//     and the delete succeeds.
-//
-// Remove an entry once the provider is fixed; the case then guards it.
-var localDeviations = []string{"create-invalid", "files-wrong-type", "snapshot-delete-in-use"}
-
 func TestLocalProvider(t *testing.T) {
 	p := startLocal(t)
 	conformance.Run(t, p, conformance.Options{
 		HostReachable: true,
 		Short:         testing.Short(),
-		Skip:          localDeviations,
 		// A healthy case takes seconds; the bound keeps a hung provider
 		// from running into go test's own timeout, which would leak the
 		// plugin process.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/version"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -247,7 +248,7 @@ func TestConfigure(t *testing.T) {
 		t.Errorf("relative state_dir: %v", err)
 	}
 	info, _ := p.Info(context.Background())
-	if info.Name != "local" || info.Version != Version || !info.Capabilities.Supports(providers.NetworkNone) ||
+	if info.Name != "local" || info.Version != version.Version || !info.Capabilities.Supports(providers.NetworkNone) ||
 		!info.Capabilities.Supports(providers.NetworkAll) || info.Capabilities.Supports(providers.NetworkAllowlist) ||
 		!info.Capabilities.FileAPI || info.Capabilities.PublicURL {
 		t.Errorf("Info = %+v", info)

@@ -50,12 +50,9 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/version"
 	"github.com/sandstep/sandstep/providers"
 )
-
-// Version is the provider's version, set at build time with
-// -ldflags "-X github.com/sandstep/sandstep/providers/local.Version=...".
-var Version = "dev"
 
 // Paths inside every sandbox.
 const (
@@ -89,14 +86,6 @@ const (
 	// shmSize bounds /dev/shm, as Docker's default does.
 	shmSize = 64 << 20
 )
-
-// DefaultROPaths are the host paths every sandbox sees, read-only, when the
-// settings name none.
-var DefaultROPaths = []string{
-	"/usr", "/bin", "/lib", "/lib64", "/sbin",
-	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
-	"/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
-}
 
 // Provider is the local bubblewrap provider. Create it with New and call
 // Configure before anything else.
@@ -177,7 +166,7 @@ func (p *Provider) Close() error {
 func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 	return providers.Info{
 		Name:       "local",
-		Version:    Version,
+		Version:    version.Version,
 		APIVersion: providers.APIVersion,
 		Capabilities: providers.Capabilities{
 			Snapshots:      true,
@@ -288,7 +277,7 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 
 	roPaths := ls.ROPaths
 	if roPaths == nil {
-		roPaths = DefaultROPaths
+		roPaths = config.DefaultLocalROPaths
 	}
 	for _, rp := range roPaths {
 		if !cleanAbs(rp) || rp == "/" {
