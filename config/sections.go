@@ -89,6 +89,7 @@ func (l *LocalSettings) setDefaults() {
 	l.MaxCPUSeconds = 0
 	l.MaxAddressSpaceMB = 0
 	l.MaxOpenFiles = 1024
+	l.ToolsDir = "bin/sandbox"
 }
 
 // DefaultLocalROPaths are the host paths every local sandbox sees,
@@ -129,6 +130,9 @@ func (l *LocalSettings) check(c *Config, r *report) {
 	atLeast(r, t+".max_cpu_seconds", l.MaxCPUSeconds, 0)
 	atLeast(r, t+".max_address_space_mb", l.MaxAddressSpaceMB, 0)
 	atLeast(r, t+".max_open_files", l.MaxOpenFiles, 16)
+	if l.ToolsDir != "" {
+		l.ToolsDir = resolve(c.Dir, l.ToolsDir)
+	}
 	if l.BwrapPath != "" && !filepath.IsAbs(l.BwrapPath) {
 		r.add(t+".bwrap_path", "%s.bwrap_path: %q is not an absolute path (leave it empty to look bwrap up in PATH)", t, l.BwrapPath)
 	}

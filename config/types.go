@@ -55,6 +55,10 @@ type LocalSettings struct {
 	MaxCPUSeconds     int `toml:"max_cpu_seconds" json:"max_cpu_seconds"`
 	MaxAddressSpaceMB int `toml:"max_address_space_mb" json:"max_address_space_mb"`
 	MaxOpenFiles      int `toml:"max_open_files" json:"max_open_files"`
+	// ToolsDir is a host folder mounted read-only at /opt/sandstep/tools
+	// in every sandbox: sandstep's in-sandbox programs (the crawler) are
+	// delivered there without a copy. Relative to the config file.
+	ToolsDir string `toml:"tools_dir" json:"tools_dir"`
 	// BwrapPath is the bubblewrap binary ("" = look up "bwrap" in PATH).
 	BwrapPath string `toml:"bwrap_path" json:"bwrap_path"`
 }

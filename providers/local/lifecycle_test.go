@@ -281,3 +281,21 @@ func TestRlimits(t *testing.T) {
 		t.Errorf("default limits in the sandbox: %q", out)
 	}
 }
+
+func TestToolsDirIsMountedReadOnly(t *testing.T) {
+	tools := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tools, "tool.sh"), []byte("#!/bin/sh\necho tool ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(ls *config.LocalSettings) { ls.ToolsDir = tools })
+	sb := e.create(providers.CreateSpec{})
+	if out := e.sh(sb.ID, ToolsPath+"/tool.sh"); strings.TrimSpace(out) != "tool ran" {
+		t.Errorf("tool output %q", out)
+	}
+	if out := e.sh(sb.ID, "touch "+ToolsPath+"/x 2>/dev/null && echo writable || echo read-only"); strings.TrimSpace(out) != "read-only" {
+		t.Errorf("tools dir is %s", out)
+	}
+}

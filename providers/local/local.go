@@ -60,6 +60,10 @@ const (
 	// where its setup commands build it. Snapshot env (PATH, NODE_PATH...)
 	// points here.
 	SnapshotPath = "/opt/sandstep/snapshot"
+	// ToolsPath is where tools_dir is mounted read-only in every sandbox:
+	// sandstep's own in-sandbox programs (the crawler) arrive there without
+	// a copy.
+	ToolsPath = "/opt/sandstep/tools"
 	agentPath    = "/.sandstep/agent"
 	homePath     = "/home/sandbox"
 	workPath     = "/workspace"
@@ -131,6 +135,7 @@ type settings struct {
 	maxFileSize int64
 	bwrap       string
 	agentBin    string   // host path of the agent binary bound into sandboxes
+	toolsDir    string   // host folder bound read-only at ToolsPath ("" = none)
 	isRoot      bool     // sandboxes get uids of their own
 	stage       *stageNS // as root: where bwrap is started from
 }
@@ -287,6 +292,16 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 			if overlaps(rp, r) {
 				return bad("ro_paths: %q overlaps %s, which the sandbox provides itself", rp, r)
 			}
+		}
+	}
+	s.toolsDir = ""
+	if ls.ToolsDir != "" {
+		if !filepath.IsAbs(ls.ToolsDir) {
+			return bad("tools_dir: %q is not an absolute path", ls.ToolsDir)
+		}
+		// A missing folder is no error: it only means nothing is mounted.
+		if fi, err := os.Stat(ls.ToolsDir); err == nil && fi.IsDir() {
+			s.toolsDir = ls.ToolsDir
 		}
 	}
 	s.roPaths = append([]string(nil), roPaths...)

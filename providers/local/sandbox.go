@@ -539,6 +539,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	case rec.Snapshot != "":
 		args = append(args, "--ro-bind", st.path(snapshotTreeDir(s, rec.Snapshot, rec.SnapshotID), "snapshot"), SnapshotPath)
 	}
+	if s.toolsDir != "" {
+		args = append(args, "--ro-bind", st.path(s.toolsDir, "tools"), ToolsPath)
+	}
 	for i, m := range rec.Mounts {
 		bind := "--bind"
 		if m.ReadOnly {
