@@ -64,9 +64,9 @@ const (
 	// sandstep's own in-sandbox programs (the crawler) arrive there without
 	// a copy.
 	ToolsPath = "/opt/sandstep/tools"
-	agentPath    = "/.sandstep/agent"
-	homePath     = "/home/sandbox"
-	workPath     = "/workspace"
+	agentPath = "/.sandstep/agent"
+	homePath  = "/home/sandbox"
+	workPath  = "/workspace"
 	// sandboxUID is the uid (and gid) commands see inside; on the host they
 	// run as the sandbox's own uid.
 	sandboxUID = 1000
