@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// buildLocalPlugin builds the local provider plugin into a fresh plugin dir.
+func buildLocalPlugin(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local")
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build plugin: %v\n%s", err, out)
+	}
+	return dir
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestPluginsListsLocalWithCapabilities(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil && os.Getenv("CI") != "true" {
+		t.Skip("bwrap missing")
+	}
+	dir := buildLocalPlugin(t)
+	cfg := writeConfig(t, "[server]\ndata_dir = \""+t.TempDir()+"\"\n[provider]\nname = \"local\"\nplugin_dir = \""+dir+"\"\n")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"plugins", "--config", cfg}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	line := ""
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "local (active)") {
+			line = l
+		}
+	}
+	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "network=none|all"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("local line %q lacks %q; output:\n%s", line, want, out.String())
+		}
+	}
+}
+
+func TestPluginsMissingBinaryIsOneClearLine(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, "[provider]\nname = \"sandy\"\nplugin_dir = \""+dir+"\"\n[provider.sandy]\nbase_url = \"http://127.0.0.1:1\"\n")
+	t.Setenv("SANDY_API_KEY", "k")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"plugins", "--config", cfg}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	msg := strings.TrimRight(errb.String(), "\n")
+	want := filepath.Join(dir, "sandstep-provider-sandy")
+	if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, want) || !strings.Contains(msg, "not found") {
+		t.Errorf("error output %q: want one line naming %s", msg, want)
+	}
+}
+
+func TestConfigTypoNamesKeyAndLine(t *testing.T) {
+	cfg := writeConfig(t, "[provider]\nname = \"local\"\n[provider.local]\nmax_proces = 3\n")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"plugins", "--config", cfg}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if msg := errb.String(); !strings.Contains(msg, ":4:") || !strings.Contains(msg, `"provider.local.max_proces"`) || !strings.Contains(msg, "max_processes") {
+		t.Errorf("error %q: want line 4, the key and a suggestion", msg)
+	}
+}
