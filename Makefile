@@ -14,9 +14,9 @@ TESTFLAGS ?= -race -timeout 20m
 
 include lambda.mk
 
-.PHONY: build cli plugins deps proto test vet asl unit bench run clean
+.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench run clean
 
-build: cli plugins
+build: cli plugins sandbox-tools
 
 cli:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandstep ./cmd/sandstep
@@ -28,6 +28,12 @@ plugins:
 	  echo "build $(PLUGINDIR)/$$p"; \
 	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PLUGINDIR)/$$p ./$$d/$$p || exit 1; \
 	done
+
+# Programs that run inside sandboxes: static, mounted by the local provider
+# from bin/sandbox (tools_dir) and uploaded to providers without a mount.
+sandbox-tools:
+	@mkdir -p $(BIN)/sandbox
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox/sandstep-crawler ./cmd/sandstep-crawler
 
 deps:
 	@bash scripts/deps.sh
