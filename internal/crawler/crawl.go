@@ -97,7 +97,7 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 	if report == nil {
 		report = func(Progress) {}
 	}
-	in, err := in.withDefaults()
+	in, err := in.WithDefaults()
 	if err != nil {
 		return Output{}, err
 	}

@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"path"
 	"slices"
 	"strings"
 
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/urlnorm"
 )
 
 // relatedSuffixes make the related queries; their order is the order in
@@ -94,7 +92,7 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 		if err != nil {
 			return Discovery{}, fmt.Errorf("search: seed URL: %w", err)
 		}
-		if k := dedupeKey(u); byURL[k] == nil {
+		if k := urlnorm.Key(u); byURL[k] == nil {
 			c := &candidate{url: u, seed: true, order: len(all)}
 			byURL[k] = c
 			all = append(all, c)
@@ -144,7 +142,7 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 			if err != nil {
 				continue
 			}
-			k := dedupeKey(u)
+			k := urlnorm.Key(u)
 			if inQuery[k] {
 				continue
 			}
@@ -198,84 +196,6 @@ func Discover(ctx context.Context, backends []Backend, query string, related, se
 	return d, nil
 }
 
-// trackingParams only say where a visitor came from; two URLs that differ
-// only in them are the same page. The list is the crawler's
-// (internal/crawler), which this package does not import: it would bring a
-// browser driver into the discover Lambda.
-var trackingParams = map[string]bool{
-	"gclid": true, "dclid": true, "fbclid": true, "msclkid": true, "yclid": true,
-	"mc_cid": true, "mc_eid": true, "_ga": true, "_gl": true, "igshid": true,
-	"ref_src": true, "ref_url": true,
-}
-
-// NormalizeURL returns an http(s) URL in the crawler's normal form: scheme
-// and host lower-cased, no default port, user information or fragment, no
-// tracking parameters (utm_*, gclid, fbclid...), the other parameters
-// sorted by key, dot segments resolved and an empty path made "/". A
-// trailing slash stays: servers may answer "/docs" and "/docs/"
-// differently.
-func NormalizeURL(raw string) (string, error) {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return "", fmt.Errorf("%q is not a URL", shorten(raw, 200))
-	}
-	u.Scheme = strings.ToLower(u.Scheme)
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("%q is not an http or https URL", shorten(raw, 200))
-	}
-	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
-	port := u.Port()
-	if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
-		port = ""
-	}
-	switch {
-	case port != "":
-		u.Host = net.JoinHostPort(host, port)
-	case strings.Contains(host, ":"):
-		u.Host = "[" + host + "]"
-	default:
-		u.Host = host
-	}
-	u.User = nil
-	u.Fragment, u.RawFragment = "", ""
-	if u.Path == "" {
-		u.Path, u.RawPath = "/", ""
-	} else {
-		clean := path.Clean("/" + u.Path)
-		if strings.HasSuffix(u.Path, "/") && clean != "/" {
-			clean += "/"
-		}
-		if clean != u.Path {
-			u.Path, u.RawPath = clean, ""
-		}
-	}
-	if u.RawQuery != "" {
-		// A query that does not parse (a stray "%") is kept as it is: the
-		// server may still understand it.
-		if q, err := url.ParseQuery(u.RawQuery); err == nil {
-			for k := range q {
-				if lk := strings.ToLower(k); trackingParams[lk] || strings.HasPrefix(lk, "utm_") {
-					delete(q, k)
-				}
-			}
-			u.RawQuery = q.Encode()
-		}
-	}
-	u.ForceQuery = false
-	return u.String(), nil
-}
-
-// dedupeKey is the crawler's deduplication key of a normalized URL: without
-// the trailing slash of a non-root path.
-func dedupeKey(normalized string) string {
-	u, err := url.Parse(normalized)
-	if err != nil || len(u.Path) <= 1 || !strings.HasSuffix(u.Path, "/") {
-		return normalized
-	}
-	u.Path = strings.TrimRight(u.Path, "/")
-	if u.Path == "" {
-		u.Path = "/"
-	}
-	u.RawPath = ""
-	return u.String()
-}
+// NormalizeURL returns an http(s) URL in the normal form the crawler uses
+// (package urlnorm).
+func NormalizeURL(raw string) (string, error) { return urlnorm.Normalize(raw) }

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/crawler"
 	"github.com/sandstep/sandstep/internal/search"
 	"github.com/sandstep/sandstep/internal/store"
 )
@@ -214,7 +213,7 @@ func TestDiscoverSeedsBeyondCap(t *testing.T) {
 
 func TestDiscoverBadInput(t *testing.T) {
 	s, _ := searx(t, nil)
-	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"ftp://x.example/"}, 5); err == nil || !strings.Contains(err.Error(), "not an http or https URL") {
+	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"ftp://x.example/"}, 5); err == nil || !strings.Contains(err.Error(), "is not http or https") {
 		t.Errorf("ftp seed: %v", err)
 	}
 	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, nil, 0); err == nil {
@@ -276,28 +275,6 @@ func TestNormalizeURL(t *testing.T) {
 
 // Discover keeps URLs in the crawler's form, so that a page found twice is
 // crawled once.
-func TestNormalizeURLIsTheCrawlers(t *testing.T) {
-	for _, in := range []string{
-		"HTTPS://Example.COM:443/Path?b=2&a=1#frag", "http://example.com:80", "https://user:pw@example.com/x/",
-		"https://example.com/?utm_source=a&id=7&fbclid=1", "https://example.com./a/../b", "https://[2001:DB8::1]:443/",
-		"https://en.wikipedia.org/wiki/Go_(programming_language)", "https://example.com/a?", "https://example.com/?q=100%",
-		"https://example.com/caf%C3%A9/?x=%20y", "http://example.com:8080/docs/",
-	} {
-		got, err := search.NormalizeURL(in)
-		want, werr := crawler.Normalize(in)
-		if got != want || (err == nil) != (werr == nil) {
-			t.Errorf("%q: search %q, %v; crawler %q, %v", in, got, err, want, werr)
-		}
-	}
-	s, _ := searx(t, map[string][]string{"q": {"https://x.example/docs/|docs|a", "https://x.example/docs|docs again|b", "https://x.example/|root|c"}})
-	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"https://x.example/docs"}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := urls(d.Sources); !reflect.DeepEqual(got, []string{"https://x.example/docs", "https://x.example/"}) {
-		t.Fatalf("got %v", got)
-	}
-}
 
 func TestFromConfig(t *testing.T) {
 	srv, _ := fakeSerper(t)

@@ -1,4 +1,4 @@
-package crawler
+package urlnorm
 
 import "testing"
 
