@@ -14,10 +14,13 @@ type ResearchConfig struct {
 	// Render says when the crawler drives a headless browser: "auto" (when
 	// the sandbox has one, plain HTTP otherwise), "always" (a page is only
 	// read through the browser) or "never" (plain HTTP only).
-	Render string               `toml:"render"`
-	Search ResearchSearchConfig `toml:"search"`
-	LLM    ResearchLLMConfig    `toml:"llm"`
-	Agent  ResearchAgentConfig  `toml:"agent"`
+	Render string `toml:"render"`
+	// MaxCrawlDuration caps the crawl of every job whatever its mode says;
+	// 0 leaves the mode's duration (12 or 18 minutes, scaled).
+	MaxCrawlDuration Duration             `toml:"max_crawl_duration"`
+	Search           ResearchSearchConfig `toml:"search"`
+	LLM              ResearchLLMConfig    `toml:"llm"`
+	Agent            ResearchAgentConfig  `toml:"agent"`
 }
 
 // ResearchSearchConfig is [research.search]: the web search backends of the
@@ -84,6 +87,7 @@ const DefaultAgentCommand = `claude -p --output-format text --no-session-persist
 
 func (c *ResearchConfig) setDefaults() {
 	c.Render = RenderAuto
+	c.MaxCrawlDuration = 0
 	s := &c.Search
 	s.Backends = []string{BackendWikipedia}
 	s.SearxNGURL = ""
@@ -116,6 +120,9 @@ func (c *ResearchConfig) check(_ *Config, r *report) {
 	case RenderAuto, RenderAlways, RenderNever:
 	default:
 		r.add("research.render", "research.render: must be %q, %q or %q, not %q", RenderAuto, RenderAlways, RenderNever, c.Render)
+	}
+	if c.MaxCrawlDuration < 0 {
+		r.add("research.max_crawl_duration", "research.max_crawl_duration: must not be negative")
 	}
 	c.Search.check(r)
 	c.LLM.check(r)

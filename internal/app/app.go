@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,7 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/report"
 	"github.com/sandstep/sandstep/internal/research"
+	"github.com/sandstep/sandstep/internal/search"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -26,6 +29,9 @@ const (
 	EnvPluginDir       = "SANDSTEP_PLUGIN_DIR"
 	EnvStateMachineARN = "SANDSTEP_STATE_MACHINE_ARN"
 	EnvLogLevel        = "LOG_LEVEL"
+	// EnvCrawler is the crawler binary to upload to sandboxes (in Lambda,
+	// the providers layer's /opt/sandbox/sandstep-crawler).
+	EnvCrawler = "SANDSTEP_CRAWLER"
 )
 
 // App is the assembled application.
@@ -40,18 +46,36 @@ type App struct {
 // sandbox get one with UseProvider. This package does not import the plugin
 // glue so that Lambdas which never open a sandbox (discover, report) do not
 // link gRPC and stay small.
-func New(cfg *config.Config, st *store.Store, logger *slog.Logger) *App {
+func New(cfg *config.Config, st *store.Store, logger *slog.Logger) (*App, error) {
+	backends, err := search.FromConfig(cfg.Research.Search, os.Getenv, search.HTTP{})
+	if err != nil {
+		return nil, err
+	}
+	llm, err := report.FromConfig(cfg.Research.LLM, os.Getenv)
+	if errors.Is(err, report.ErrNoModel) {
+		llm, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	crawler := os.Getenv(EnvCrawler)
+	if crawler == "" {
+		crawler = filepath.Join(cfg.Dir, "bin", "sandbox", "sandstep-crawler")
+	}
 	return &App{
 		Config: cfg,
 		Store:  st,
 		Logger: logger,
 		Phases: &research.Phases{
-			Store:        st,
-			ProviderName: cfg.Provider.Name,
-			Config:       cfg,
-			Logger:       logger,
+			Store:         st,
+			ProviderName:  cfg.Provider.Name,
+			Config:        cfg,
+			Logger:        logger,
+			Search:        backends,
+			LLM:           llm,
+			CrawlerBinary: crawler,
 		},
-	}
+	}, nil
 }
 
 // UseProvider gives the phases their sandbox provider.
@@ -74,7 +98,7 @@ func FromLambdaEnv() (*App, error) {
 	if prefix == "" {
 		return nil, errors.New(EnvTablePrefix + " is not set")
 	}
-	return New(cfg, store.New(dynamodb.NewFromConfig(LambdaAWSConfig()), prefix), logger), nil
+	return New(cfg, store.New(dynamodb.NewFromConfig(LambdaAWSConfig()), prefix), logger)
 }
 
 // LambdaAWSConfig is the SDK configuration inside Lambda: the region and the

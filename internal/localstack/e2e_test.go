@@ -26,7 +26,7 @@ import (
 	"github.com/sandstep/sandstep/providers"
 )
 
-var pluginDir string
+var pluginDir, toolsDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -39,14 +39,27 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginDir = dir
+	pluginDir = filepath.Join(dir, "plugins")
+	toolsDir = filepath.Join(dir, "tools")
 	root, _ := filepath.Abs("../..")
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build local plugin: %v\n%s", err, out)
-		return 1
+	for _, b := range []struct{ out, pkg string }{
+		{filepath.Join(pluginDir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local"},
+		{filepath.Join(toolsDir, "sandstep-crawler"), "./cmd/sandstep-crawler"},
+	} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
+			return 1
+		}
+	}
+	// The sandboxes' uids must be able to enter the tools folder.
+	for _, d := range []string{dir, toolsDir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	return ddblocal.RunTests(m)
 }
@@ -70,22 +83,43 @@ func requireBwrap(t *testing.T) {
 	}
 }
 
+// stackOpts shape a test stack: faults between the engine and the phases,
+// and extra configuration (TOML appended to the test config).
+type stackOpts struct {
+	wrap   func(asl.Invoker) asl.Invoker
+	config string
+	// searx answers the discover phase's searches; nil: no results.
+	searx *httptest.Server
+}
+
 func newStack(t *testing.T, wrap func(asl.Invoker) asl.Invoker) *stack {
+	return newStackWith(t, stackOpts{wrap: wrap})
+}
+
+func newStackWith(t *testing.T, o stackOpts) *stack {
 	t.Helper()
 	requireBwrap(t)
 	env := ddblocal.ForTests(t)
 	dir := t.TempDir()
+	if o.searx == nil {
+		o.searx = fakeSearx(t, nil)
+	}
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
 [provider]
 name = "local"
 plugin_dir = %q
+[provider.local]
+tools_dir = %q
 [sandbox]
 lifetime = "10m"
 [auth]
 dev_token_env = ""
-`, dir, pluginDir)
+[research.search]
+backends = ["searxng"]
+searxng_url = %q
+`, dir, pluginDir, toolsDir, o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +132,7 @@ dev_token_env = ""
 		Template:    "../../template.yaml",
 		Store:       st,
 		DevToken:    token,
-		WrapInvoker: wrap,
+		WrapInvoker: o.wrap,
 		CancelPoll:  100 * time.Millisecond,
 		CancelGrace: 20 * time.Second,
 		Clock:       asl.NewInstantClock(time.Now()),
@@ -237,14 +271,15 @@ func TestJobRunsEveryStateAndCleansUp(t *testing.T) {
 			t.Errorf("step %v is %v", st["id"], st["status"])
 		}
 	}
-	want := []string{"Discover", "Provision", "HasSandbox", "Crawl", "CrawlDone", "Report", "Cleanup", "Done"}
+	want := []string{"Discover", "Provision", "HasSandbox", "InitCrawl", "Crawl", "CrawlDone", "Report", "Cleanup", "Done"}
 	if got := s.statesEntered("job-ok"); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("states entered %v, want %v", got, want)
 	}
-	// The sandbox really ran a command over the sources.
+	// The crawler really ran in the sandbox (the seed hosts refuse
+	// connections, so it crawled nothing and the snippets were used).
 	var sawCrawl bool
 	for _, e := range s.events(t, "job-ok") {
-		if e["stage"] == "crawl" && strings.Contains(fmt.Sprint(e["message"]), "2 /workspace/sources.txt") {
+		if e["stage"] == "crawl" && strings.Contains(fmt.Sprint(e["message"]), "pages crawled") {
 			sawCrawl = true
 		}
 	}
@@ -406,7 +441,7 @@ func TestRetriedPhasesDoNoDoubleWork(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for _, e := range s.events(t, "job-retry") {
-		seen[fmt.Sprint(e["stage"], "/", e["message"])]++
+		seen[fmt.Sprint(e["stage"], "/", e["status"], "/", e["url"], "/", e["current"], "/", e["message"])]++
 	}
 	for k, n := range seen {
 		if n > 1 {
@@ -433,4 +468,23 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// fakeSearx is a SearxNG JSON API answering every query with results.
+func fakeSearx(t *testing.T, results []map[string]string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {
+			http.NotFound(w, r)
+			return
+		}
+		rs := make([]map[string]any, len(results))
+		for i, res := range results {
+			rs[i] = map[string]any{"url": res["url"], "title": res["title"], "content": res["content"], "engine": "fake", "score": 1.0 / float64(i+1)}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"query": r.URL.Query().Get("q"), "number_of_results": len(rs), "results": rs})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/app"
@@ -22,7 +24,9 @@ import (
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/engine"
 	"github.com/sandstep/sandstep/internal/providerhost"
+	"github.com/sandstep/sandstep/internal/reaper"
 	"github.com/sandstep/sandstep/internal/samtemplate"
+	"github.com/sandstep/sandstep/internal/sessions"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
@@ -42,7 +46,11 @@ type Options struct {
 	// Store, when set, is used as is (tests pass one on a shared DynamoDB
 	// Local). Otherwise DynamoDB Local is started with its data kept under
 	// DataDir/dynamodb and the tables are created if missing.
-	Store   *store.Store
+	Store *store.Store
+	// DB is the client Store was made with; the sessions keep their runs
+	// and events in its sessions table. Required with Store when
+	// [sessions] is enabled.
+	DB      *dynamodb.Client
 	DataDir string
 	// TablePrefix for a started DynamoDB Local; default "sandstep-local-".
 	TablePrefix string
@@ -54,7 +62,10 @@ type Options struct {
 	CancelGrace time.Duration
 	CancelPoll  time.Duration
 	Clock       asl.Clock
-	Logger      *slog.Logger
+	// ReaperInterval overrides [sessions] reaper_interval for the cleanup
+	// ticker; negative runs no ticker (tests run Reaper.Pass themselves).
+	ReaperInterval time.Duration
+	Logger         *slog.Logger
 }
 
 // Stack is the running local system.
@@ -63,8 +74,14 @@ type Stack struct {
 	Provider *plugin.Client
 	Engine   *engine.Local
 	Handler  http.Handler
+	// Sessions is nil when [sessions] is off and no DB was given.
+	Sessions *sessions.Service
+	Reaper   *reaper.Reaper
 	ddb      *ddblocal.Instance
 	log      *slog.Logger
+
+	stopReaper context.CancelFunc
+	reaperDone chan struct{}
 }
 
 // Start brings the stack up; Shutdown takes it down.
@@ -87,7 +104,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			s.Shutdown(context.WithoutCancel(ctx))
 		}
 	}()
-	st := opts.Store
+	st, db := opts.Store, opts.DB
 	if st == nil {
 		dataDir := opts.DataDir
 		if dataDir == "" {
@@ -104,9 +121,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
-		st = store.New(s.ddb.Client(), prefix)
+		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
 	}
-	s.App = app.New(cfg, st, log)
+	if s.App, err = app.New(cfg, st, log); err != nil {
+		return nil, err
+	}
 	s.Provider, err = providerhost.Open(ctx, cfg, "", log)
 	if err != nil {
 		return nil, err
@@ -146,15 +165,66 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.startSessions(ctx, opts, st, db); err != nil {
+		return nil, err
+	}
 	s.Handler = api.New(api.Options{
 		Store:     st,
 		Executor:  s.Engine,
 		Provider:  s.Provider,
 		Auth:      auth,
+		Sessions:  s.Sessions,
 		Logger:    log,
 		Streaming: true,
 	})
 	return s, nil
+}
+
+// startSessions wires the run_code sessions and the cleanup: the
+// dependency snapshot starts building now, and the reaper runs every
+// reaper_interval.
+func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store, db *dynamodb.Client) error {
+	cfg := opts.Config
+	if cfg.Sessions.Enabled && db == nil {
+		return errors.New("localstack: [sessions] is enabled, so Options.DB must be the DynamoDB client of Options.Store")
+	}
+	if db != nil {
+		var err error
+		s.Sessions, err = sessions.New(sessions.Options{Config: cfg, Store: st, DB: db, Provider: s.Provider, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		if cfg.Sessions.Enabled {
+			if err := s.Sessions.StartSnapshot(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions, Logger: s.log}
+	interval := opts.ReaperInterval
+	if interval == 0 {
+		interval = cfg.Sessions.ReaperInterval.D()
+	}
+	if interval < 0 {
+		return nil
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	s.stopReaper, s.reaperDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.reaperDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				// Pass logs its counts and errors.
+				_, _ = s.Reaper.Pass(rctx)
+			}
+		}
+	}()
+	return nil
 }
 
 // stateMachine reads a state machine's definition and its substitutions
@@ -202,6 +272,13 @@ func getAttArn(v any) (string, error) {
 // DynamoDB Local. Nothing is left running.
 func (s *Stack) Shutdown(ctx context.Context) error {
 	var errs []error
+	if s.stopReaper != nil {
+		s.stopReaper()
+		<-s.reaperDone
+	}
+	if s.Sessions != nil {
+		errs = append(errs, s.Sessions.Shutdown(ctx))
+	}
 	if s.Engine != nil {
 		errs = append(errs, s.Engine.Shutdown(ctx))
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
+	"github.com/sandstep/sandstep/internal/report"
+	"github.com/sandstep/sandstep/internal/search"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -42,6 +44,19 @@ type Phases struct {
 	WarmupAttempts int
 	WarmupBackoff  time.Duration
 	Now            func() time.Time
+
+	// Search are the web search backends, in the configured order.
+	Search []search.Backend
+	// LLM writes the report; nil means an extractive report.
+	LLM *report.Client
+	// CrawlerBinary is the crawler on the host, uploaded to sandboxes
+	// that do not mount it.
+	CrawlerBinary string
+	// CrawlSlice bounds one Crawl call's supervision (default 10 min, and
+	// never past the Lambda's deadline); PollInterval is how often it reads
+	// the crawler's progress (default 500 ms).
+	CrawlSlice   time.Duration
+	PollInterval time.Duration
 }
 
 // Input is what every phase receives from the state machine.
