@@ -4,18 +4,43 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/fakesandy"
 	"github.com/sandstep/sandstep/providers/conformance"
 )
 
+// retryableFaults are the fake's transient failures, as many as the
+// provider's retries (max_retries 6 in settingsFor) absorb: a create meets
+// up to 2 429s, a 502 and 2 more 502s.
+var retryableFaults = fakesandy.Faults{
+	CreateUpstreamErrors: 2,
+	UpstreamErrorEvery:   7,
+	RateLimitEvery:       5,
+	RateLimitBurst:       2,
+	WarmupExecFailures:   2,
+	TruncateReadsAbove:   4096,
+	TeardownDelay:        config.Duration(2 * time.Second),
+}
+
+// TestConformance runs the suite through the plugin boundary against the
+// fake with every retryable fault switched on.
 func TestConformance(t *testing.T) {
-	f, _ := startFake(t, fakesandy.Options{})
+	f, log := startFake(t, fakesandy.Options{Faults: retryableFaults})
 	p := startPlugin(t, settingsFor(f.URL, nil), testKey, nil)
 	conformance.Run(t, p, conformance.Options{
-		Short:       testing.Short(),
+		Short: testing.Short(),
+		// A healthy case takes seconds; the bound keeps a hung provider
+		// from running into go test's own timeout.
 		CaseTimeout: 90 * time.Second,
 	})
 	if ids := f.Sandboxes(); len(ids) > 0 {
 		t.Errorf("sandboxes left alive on the fake: %v", ids)
+	}
+	for _, status := range []int{429, 502} {
+		n := log.count(func(q request) bool { return q.status == status })
+		if n == 0 {
+			t.Errorf("the fake never answered %d: the faults were not exercised", status)
+		}
+		t.Logf("%d answers of %d survived", n, status)
 	}
 }
