@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/sessions"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -48,6 +49,9 @@ type Options struct {
 	// Provider answers GET /v1/providers; nil makes that route 503.
 	Provider ProviderInfo
 	Auth     *Authenticator
+	// Sessions serves /v1/sessions; nil (or not enabled) makes those
+	// routes answer 404.
+	Sessions *sessions.Service
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -125,6 +129,7 @@ func New(opts Options) http.Handler {
 		{segments: []string{"v1", "jobs", "{id}", "report"}, methods: map[string]handlerFunc{http.MethodGet: s.report}},
 		{segments: []string{"v1", "providers"}, methods: map[string]handlerFunc{http.MethodGet: s.providers}},
 	}
+	s.routes = append(s.routes, s.sessionRoutes()...)
 	return s
 }
 
@@ -212,6 +217,7 @@ func (s *server) match(path string) (route, string, bool) {
 			switch {
 			case want == "{id}" && segs[i] != "":
 				id = segs[i]
+			case strings.HasPrefix(want, "{") && segs[i] != "":
 			case want != segs[i]:
 				ok = false
 			}

@@ -1,0 +1,214 @@
+package sessions
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// SnapshotRoot is where the dependencies live in a snapshot: the local
+// provider mounts a snapshot's tree there and lets its setup commands
+// write it; a Deno snapshot is a whole root file system, so any path does.
+const SnapshotRoot = "/opt/sandstep/snapshot"
+
+// startRoot is where dependencies go when the provider has no snapshots
+// and every sandbox installs them as it starts: /tmp is writable in every
+// sandbox.
+const startRoot = "/tmp/sandstep-deps"
+
+// recipe changes whenever the setup commands change, so that a snapshot
+// built by older commands is never reused.
+const recipe = "sandstep-deps-1"
+
+// SnapshotBuildTimeout bounds one snapshot build.
+const SnapshotBuildTimeout = 20 * time.Minute
+
+// Dependency modes, as a session shows them.
+const (
+	DepsNone     = "none"
+	DepsSnapshot = "snapshot"
+	// DepsAtStart: the provider has no snapshots; each sandbox installs
+	// the dependencies when it starts.
+	DepsAtStart = "installed_at_start"
+)
+
+// deps is what the configured dependencies turn into.
+type deps struct {
+	// packages are the specs, sorted: the snapshot is named by them.
+	packages []string
+	slug     string
+}
+
+func planDeps(list []config.SessionDependency) deps {
+	var d deps
+	for _, dep := range list {
+		d.packages = append(d.packages, dep.Package)
+	}
+	slices.Sort(d.packages)
+	sum := sha256.Sum256([]byte(recipe + "\n" + strings.Join(d.packages, "\n")))
+	d.slug = "deps-" + hex.EncodeToString(sum[:])[:20]
+	return d
+}
+
+// setup returns the commands that install the packages under root, and
+// the environment that finds them there.
+func (d deps) setup(root string) ([]string, map[string]string) {
+	var npm, pip []string
+	for _, p := range d.packages {
+		switch {
+		case strings.HasPrefix(p, "pip:"):
+			pip = append(pip, strings.TrimPrefix(p, "pip:"))
+		default:
+			npm = append(npm, strings.TrimPrefix(p, "npm:"))
+		}
+	}
+	cmds := []string{"mkdir -p " + shellQuote(root)}
+	env := map[string]string{}
+	if len(npm) > 0 {
+		dir := root + "/node"
+		cmds = append(cmds, "mkdir -p "+shellQuote(dir)+" && npm install --prefix "+shellQuote(dir)+
+			" --no-audit --no-fund --no-update-notifier --loglevel=error "+shellQuoteAll(npm))
+		env["NODE_PATH"] = dir + "/node_modules"
+	}
+	if len(pip) > 0 {
+		dir := root + "/python"
+		cmds = append(cmds, "python3 -m pip install --no-input --disable-pip-version-check --quiet --target "+
+			shellQuote(dir)+" "+shellQuoteAll(pip))
+		env["PYTHONPATH"] = dir
+	}
+	manifest, _ := json.Marshal(map[string]any{"slug": d.slug, "packages": nonNil(d.packages)})
+	cmds = append(cmds, "printf '%s\\n' "+shellQuote(string(manifest))+" > "+shellQuote(root+"/sandstep-deps.json"))
+	return cmds, env
+}
+
+func (d deps) snapshotSpec() providers.SnapshotSpec {
+	cmds, env := d.setup(SnapshotRoot)
+	return providers.SnapshotSpec{
+		Slug:    d.slug,
+		Setup:   cmds,
+		Env:     env,
+		Labels:  map[string]string{providers.LabelOwner: "sandstep"},
+		Timeout: SnapshotBuildTimeout,
+	}
+}
+
+// snapshotFlight is one build that concurrent first runs wait for.
+type snapshotFlight struct {
+	done chan struct{}
+	err  error
+}
+
+// EnsureSnapshot makes sure the dependency snapshot exists, building it if
+// needed. Concurrent callers in this process wait for one build; the
+// provider makes builds from several processes build once. The build goes
+// on when a caller gives up waiting. Without snapshot support it does
+// nothing: sandboxes install the dependencies as they start.
+func (s *Service) EnsureSnapshot(ctx context.Context) error {
+	f, err := s.startSnapshot(ctx)
+	if f == nil || err != nil {
+		return err
+	}
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return &Error{Kind: KindUnavailable, Message: "the dependency snapshot is still being built; retry shortly", Err: ctx.Err()}
+	}
+}
+
+// StartSnapshot begins building the dependency snapshot, if it is not
+// there, without waiting for it: the first runs wait instead. A failed
+// build is logged, and the next run tries again.
+func (s *Service) StartSnapshot(ctx context.Context) error {
+	_, err := s.startSnapshot(ctx)
+	return err
+}
+
+// startSnapshot returns the build in flight, starting one if needed, or
+// nil when the snapshot is known to exist or not needed.
+func (s *Service) startSnapshot(ctx context.Context) (*snapshotFlight, error) {
+	if !s.cfg.Enabled {
+		return nil, ErrDisabled
+	}
+	caps, err := s.capabilities(ctx)
+	if err != nil || !caps.Snapshots {
+		return nil, err
+	}
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.snapReady {
+		return nil, nil
+	}
+	if s.snapFlight != nil {
+		return s.snapFlight, nil
+	}
+	f := &snapshotFlight{done: make(chan struct{})}
+	s.snapFlight = f
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		bctx, cancel := context.WithTimeout(s.base, SnapshotBuildTimeout+time.Minute)
+		err := s.buildSnapshot(bctx)
+		cancel()
+		s.snapMu.Lock()
+		s.snapFlight = nil
+		s.snapReady = err == nil
+		f.err = err
+		s.snapMu.Unlock()
+		close(f.done)
+	}()
+	return f, nil
+}
+
+func (s *Service) buildSnapshot(ctx context.Context) error {
+	_, err := s.prov.GetSnapshot(ctx, s.deps.slug)
+	if err == nil {
+		return nil
+	}
+	if !providers.IsNotFound(err) {
+		return &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: err}
+	}
+	s.snapshotBuilds.Add(1)
+	s.log.Info("building the dependency snapshot", "snapshot", s.deps.slug, "packages", len(s.deps.packages))
+	start := time.Now()
+	if _, err := s.prov.EnsureSnapshot(ctx, s.deps.snapshotSpec()); err != nil {
+		s.log.Error("dependency snapshot build failed", "snapshot", s.deps.slug, "err", s.redact.Error(err))
+		return &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the dependency snapshot %s could not be built", s.deps.slug), Err: err}
+	}
+	s.log.Info("dependency snapshot built", "snapshot", s.deps.slug, "took", time.Since(start))
+	return nil
+}
+
+// SnapshotSlug names the dependency snapshot of the configured list.
+func (s *Service) SnapshotSlug() string { return s.deps.slug }
+
+// SnapshotBuilds counts the builds this Service asked the provider for.
+func (s *Service) SnapshotBuilds() int64 { return s.snapshotBuilds.Load() }
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func shellQuoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = shellQuote(s)
+	}
+	return strings.Join(q, " ")
+}
+
+func nonNil[T any](v []T) []T {
+	if v == nil {
+		return []T{}
+	}
+	return v
+}

@@ -1,0 +1,169 @@
+package sessions
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits of what a run returns. A run's record holds all of them, so
+// together they stay far below DynamoDB's 400 KB item limit.
+const (
+	MaxCodeBytes   = 256 << 10
+	MaxOutputBytes = 64 << 10 // each of stdout and stderr
+	MaxResultBytes = 64 << 10
+	MaxErrorBytes  = 16 << 10
+)
+
+// redactor replaces the values of the dependency secrets wherever a run's
+// output, result or error, or an error of ours, could carry them.
+type redactor struct {
+	// pairs are (value, replacement), longest value first so that a
+	// secret containing another is replaced whole.
+	pairs  []string
+	maxLen int
+}
+
+func newRedactor(secrets map[string]string) *redactor {
+	type pair struct{ value, name string }
+	var ps []pair
+	for name, v := range secrets {
+		if v == "" {
+			continue
+		}
+		ps = append(ps, pair{v, name})
+		// In a JSON result the value appears escaped.
+		b, _ := json.Marshal(v)
+		if esc := string(b[1 : len(b)-1]); esc != v {
+			ps = append(ps, pair{esc, name})
+		}
+	}
+	slices.SortFunc(ps, func(a, b pair) int { return len(b.value) - len(a.value) })
+	r := &redactor{}
+	for _, p := range ps {
+		r.pairs = append(r.pairs, p.value, "[REDACTED:"+p.name+"]")
+		r.maxLen = max(r.maxLen, len(p.value))
+	}
+	return r
+}
+
+func (r *redactor) String(s string) string {
+	if len(r.pairs) == 0 {
+		return s
+	}
+	return strings.NewReplacer(r.pairs...).Replace(s)
+}
+
+// JSON redacts a JSON text; should the replacement break it (a secret that
+// was a number), the redacted text becomes a JSON string.
+func (r *redactor) JSON(raw json.RawMessage) json.RawMessage {
+	if len(r.pairs) == 0 || raw == nil {
+		return raw
+	}
+	s := r.String(string(raw))
+	if s == string(raw) {
+		return raw
+	}
+	if json.Valid([]byte(s)) {
+		return json.RawMessage(s)
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// Error redacts an error for a client or a log line.
+func (r *redactor) Error(err error) string {
+	if err == nil {
+		return ""
+	}
+	return r.String(err.Error())
+}
+
+// capture keeps the beginning of a stream up to keep bytes and, when tail
+// is set, its last tail bytes, where a run's result line is.
+type capture struct {
+	keep  int
+	tail  int
+	head  []byte
+	end   []byte
+	total int64
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.total += int64(len(p))
+	if room := c.keep - len(c.head); room > 0 {
+		c.head = append(c.head, p[:min(room, len(p))]...)
+	}
+	if c.tail > 0 {
+		c.end = append(c.end, p...)
+		if len(c.end) > 2*c.tail {
+			c.end = append(c.end[:0], c.end[len(c.end)-c.tail:]...)
+		}
+	}
+	return len(p), nil
+}
+
+// whole returns everything written, if it was all kept.
+func (c *capture) whole() ([]byte, bool) {
+	if c.total <= int64(len(c.head)) {
+		return c.head, true
+	}
+	if c.tail > 0 && c.total <= int64(len(c.end)) {
+		return c.end, true
+	}
+	return nil, false
+}
+
+func (c *capture) last() []byte {
+	if len(c.end) > c.tail {
+		return c.end[len(c.end)-c.tail:]
+	}
+	return c.end
+}
+
+// text turns captured output into what a client sees: redacted, cut to
+// MaxOutputBytes on a character boundary. Secrets are replaced before the
+// cut, with room kept for the longest, so a cut never leaves half of one.
+func text(b []byte, total int64, r *redactor) (string, bool) {
+	s := r.String(string(b))
+	truncated := total > int64(len(b))
+	if len(s) > MaxOutputBytes {
+		cut := MaxOutputBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s, truncated = s[:cut], true
+	}
+	if truncated {
+		s += fmt.Sprintf("\n[sandstep: output truncated; %d bytes in all]", total)
+	}
+	return strings.ToValidUTF8(s, "\uFFFD"), truncated
+}
+
+// verdict is the runner's result line.
+type verdict struct {
+	OK        bool            `json:"ok"`
+	Error     *string         `json:"error"`
+	Truncated bool            `json:"truncated"`
+	Result    json.RawMessage `json:"result"`
+}
+
+// splitVerdict finds the runner's result line at the end of stdout and
+// returns the output before it. Without one (the code exited the process,
+// or the run timed out), found is false and out is stdout as it is.
+func splitVerdict(stdout []byte, mark string) (out []byte, v verdict, found bool) {
+	i := bytes.LastIndex(stdout, []byte(mark))
+	if i < 0 {
+		return stdout, v, false
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(stdout[i+len(mark):]), &v); err != nil {
+		return stdout, v, false
+	}
+	out = stdout[:i]
+	// The runner starts its line with a newline of its own.
+	out = bytes.TrimSuffix(out, []byte("\n"))
+	return out, v, true
+}

@@ -1,0 +1,134 @@
+// The JavaScript and TypeScript runner: node --expose-internals -e or
+// deno eval run it with the user's code on standard input. It evaluates
+// the code in the global scope, like a REPL, so that the value of the last
+// expression is the result, and after the code's own output writes one
+// line: "\n" + SANDSTEP_MARK + {"ok","error","truncated","result"}.
+(async () => {
+  const env = process.env;
+  const mark = env.SANDSTEP_MARK || "";
+  const lang = env.SANDSTEP_LANG || "javascript";
+  const maxResult = Number(env.SANDSTEP_MAX_RESULT) || 65536;
+  delete env.SANDSTEP_MARK;
+  delete env.SANDSTEP_LANG;
+  delete env.SANDSTEP_MAX_RESULT;
+  const isDeno = typeof Deno !== "undefined";
+  const fs = await import("node:fs");
+  const os = await import("node:os");
+  const path = await import("node:path");
+  const url = await import("node:url");
+  const util = await import("node:util");
+  const vm = await import("node:vm");
+  const nodeModule = await import("node:module");
+
+  // require() resolves from the working directory (the session's volume)
+  // and NODE_PATH (the snapshot's packages); import() of a bare name goes
+  // through the same resolution, which ESM alone would not do.
+  const req = nodeModule.createRequire(path.join(process.cwd(), "[run]"));
+  globalThis.require = req;
+  const importer = async (spec) => {
+    if (!nodeModule.isBuiltin(spec) && !/^[a-z]+:/.test(spec)) {
+      try {
+        return await import(url.pathToFileURL(req.resolve(spec)).href);
+      } catch {}
+    }
+    return import(spec);
+  };
+
+  let failure = null;
+  const fail = (e) => {
+    if (failure === null) failure = describe(e);
+  };
+  process.on("uncaughtException", fail);
+  process.on("unhandledRejection", fail);
+
+  function describe(e) {
+    if (!(e instanceof Error)) return "Uncaught " + util.inspect(e);
+    const lines = String(e.stack || e).split("\n");
+    const head = [];
+    for (const l of lines) {
+      if (/^\s+at /.test(l)) break;
+      head.push(l);
+    }
+    const own = lines.filter((l) => /^\s+at /.test(l) && /\bmain\.(js|ts)\b/.test(l));
+    return head.concat(own).join("\n");
+  }
+
+  async function runScript(src) {
+    let wrapped = null;
+    try {
+      // The REPL's own rewrite: top-level await, and declarations kept
+      // global, with the last expression's value returned as {value}.
+      wrapped = req("internal/repl/await").processTopLevelAwait(src);
+    } catch {}
+    const opts = { filename: "main.js", importModuleDynamically: importer };
+    if (wrapped !== null) {
+      const r = await new vm.Script(wrapped, opts).runInThisContext({ displayErrors: true });
+      return r ? r.value : undefined;
+    }
+    let script;
+    try {
+      script = new vm.Script(src, opts);
+    } catch (e) {
+      if (!(e instanceof SyntaxError) || !/await/.test(e.message)) throw e;
+      // Without the REPL's rewrite, top-level await runs in an async
+      // function: `return` gives the result.
+      script = new vm.Script("(async () => {\n" + src + "\n})()", opts);
+    }
+    return await script.runInThisContext({ displayErrors: true });
+  }
+
+  async function runModule(src, ext) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sandstep-run-"));
+    const file = path.join(dir, "main" + ext);
+    fs.writeFileSync(file, src);
+    try {
+      return (await import(url.pathToFileURL(file).href)).default;
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }
+
+  function encode(v) {
+    if (v === undefined || typeof v === "function" || typeof v === "symbol") return null;
+    let s;
+    try {
+      s = JSON.stringify(v, (_, x) => (typeof x === "bigint" ? x.toString() : x));
+    } catch {
+      s = JSON.stringify(util.inspect(v, { depth: 4 }));
+    }
+    return s === undefined ? null : s;
+  }
+
+  const code = fs.readFileSync(0, "utf8");
+  let value;
+  try {
+    if (lang === "typescript") {
+      if (isDeno) {
+        value = await runModule(code, ".ts");
+      } else if (typeof nodeModule.stripTypeScriptTypes === "function") {
+        value = await runScript(nodeModule.stripTypeScriptTypes(code));
+      } else {
+        throw new Error(
+          "typescript needs Deno, or Node.js 22.13 or later, in the sandbox; it has Node.js " +
+            process.version + ". Send the code as javascript instead.",
+        );
+      }
+    } else {
+      value = await runScript(code);
+    }
+  } catch (e) {
+    fail(e);
+  }
+  // Let a rejection the code left unhandled surface before the verdict.
+  await new Promise((resolve) => setImmediate(resolve));
+  const ok = failure === null;
+  let result = ok ? encode(value) : null;
+  let truncated = false;
+  if (result !== null && Buffer.byteLength(result) > maxResult) {
+    result = JSON.stringify(result.slice(0, maxResult));
+    truncated = true;
+  }
+  const meta = JSON.stringify({ ok, error: failure, truncated });
+  const line = "\n" + mark + meta.slice(0, -1) + ',"result":' + (result === null ? "null" : result) + "}\n";
+  process.stdout.write(line, () => process.exit(ok ? 0 : 1));
+})();
