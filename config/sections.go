@@ -94,11 +94,14 @@ func (l *LocalSettings) setDefaults() {
 
 // DefaultLocalROPaths are the host paths every local sandbox sees,
 // read-only: programs and libraries, CA certificates for TLS, and what name
-// resolution needs when the network is on. Missing ones are skipped.
+// resolution needs when the network is on, and the browser's settings.
+// Missing ones are skipped.
 var DefaultLocalROPaths = []string{
 	"/usr", "/bin", "/sbin", "/lib", "/lib64",
 	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
 	"/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
+	// Debian's chromium wrapper sources /etc/chromium.d and fails without it.
+	"/etc/chromium.d", "/etc/chromium", "/etc/fonts",
 }
 
 // maxUID is the highest uid a sandbox may get: bubblewrap 0.8 writes uid
