@@ -777,11 +777,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	complete, err := fetchReport(ctx, c, id, stdout)
+	if err == nil && !complete {
+		fmt.Fprintf(stderr, "note: job %s ended before its report was complete; this is what was written\n", id)
+	}
+	return err
+}
+
+// fetchReport writes the job's report as markdown to w and says whether it
+// is complete.
+func fetchReport(ctx context.Context, c *client, id string, w io.Writer) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := c.request(ctx, http.MethodGet, jobPath(id, "report"), nil, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set("Accept", "text/markdown")
 	res, err := c.send(req)
@@ -791,24 +801,21 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if status == "" {
 			status = "not finished"
 		}
-		return fmt.Errorf("job still running (%s); follow it with `sandstep events %s --follow`: %w", status, id, err)
+		return false, fmt.Errorf("job still running (%s); follow it with `sandstep events %s --follow`: %w", status, id, err)
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer res.Body.Close()
 	md, err := io.ReadAll(res.Body)
 	if err != nil {
-		return c.transportError(err)
+		return false, c.transportError(err)
 	}
 	if len(md) > 0 && md[len(md)-1] != '\n' {
 		md = append(md, '\n')
 	}
-	if _, err := stdout.Write(md); err != nil {
-		return err
+	if _, err := w.Write(md); err != nil {
+		return false, err
 	}
-	if res.Header.Get("X-Report-Complete") == "false" {
-		fmt.Fprintf(stderr, "note: job %s ended before its report was complete; this is what was written\n", id)
-	}
-	return nil
+	return res.Header.Get("X-Report-Complete") != "false", nil
 }

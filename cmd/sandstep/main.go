@@ -36,6 +36,7 @@ func commands() map[string]command {
 		"events":      {"print a job's events; --follow streams them until the job ends", runEvents},
 		"cancel":      {"cancel a job", runCancel},
 		"report":      {"print a finished job's report as markdown", runReport},
+		"research":    {"run a deep-research query: live steps, then the report (starts a local server if none runs)", runResearch},
 	}
 }
 

@@ -27,81 +27,100 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		return err
-	}
-	if *addr == "" {
-		*addr = cfg.Server.Addr
-	}
-	if *dataDir != "" {
-		if *dataDir, err = absDir(*dataDir); err != nil {
-			return err
-		}
-		// The local provider's state follows the data dir unless set apart.
-		if cfg.Provider.Local.StateDir == filepath.Join(cfg.Server.DataDir, "local") {
-			cfg.Provider.Local.StateDir = filepath.Join(*dataDir, "local")
-		}
-		cfg.Server.DataDir = *dataDir
-	}
-	if err := os.MkdirAll(cfg.Server.DataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
 	logger := newLogger(stderr, *logLevel)
 	slog.SetDefault(logger)
-
-	token := os.Getenv(cfg.Auth.DevTokenEnv)
-	generated := false
-	if token == "" {
-		token = randomToken()
-		generated = true
-	}
-	ln, err := net.Listen("tcp", *addr)
+	srv, err := startServer(ctx, *cfgPath, *addr, *dataDir, logger)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	stack, err := localstack.Start(startCtx, localstack.Options{Config: cfg, DevToken: token, Logger: logger})
-	cancel()
-	if err != nil {
-		ln.Close()
 		return err
 	}
-	srv := &http.Server{Handler: stack.Handler, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-
-	url := "http://" + ln.Addr().String()
-	fmt.Fprintf(stdout, "sandstep is serving on %s (provider %q, data in %s)\n", url, cfg.Provider.Name, cfg.Server.DataDir)
-	if generated {
-		fmt.Fprintf(stdout, "dev token (tenant dev): %s\n  set %s to choose your own\n", token, cfg.Auth.DevTokenEnv)
+	fmt.Fprintf(stdout, "sandstep is serving on %s (provider %q, data in %s)\n", srv.url, srv.cfg.Provider.Name, srv.cfg.Server.DataDir)
+	shown := "$" + srv.cfg.Auth.DevTokenEnv
+	if srv.generated {
+		shown = srv.token
+		fmt.Fprintf(stdout, "dev token (tenant dev): %s\n  set %s to choose your own\n", srv.token, srv.cfg.Auth.DevTokenEnv)
 	} else {
-		fmt.Fprintf(stdout, "dev token (tenant dev): from $%s\n", cfg.Auth.DevTokenEnv)
+		fmt.Fprintf(stdout, "dev token (tenant dev): from $%s\n", srv.cfg.Auth.DevTokenEnv)
 	}
-	fmt.Fprintf(stdout, "try:\n  curl -s -X POST %s/v1/jobs -H \"Authorization: Bearer %s\" -d '{\"query\":\"what is bubblewrap\",\"seed_urls\":[\"https://github.com/containers/bubblewrap\"]}'\n", url, shownToken(token, generated, cfg.Auth.DevTokenEnv))
+	fmt.Fprintf(stdout, "try:\n  curl -s -X POST %s/v1/jobs -H \"Authorization: Bearer %s\" -d '{\"query\":\"what is bubblewrap\",\"seed_urls\":[\"https://github.com/containers/bubblewrap\"]}'\n", srv.url, shown)
+	fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", shown)
 
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stdout, "shutting down: stopping jobs and sandboxes")
-	case err = <-served:
+	case err = <-srv.served:
 		logger.Error("server stopped", "err", err)
 	}
-	// Drain: stop taking requests, then stop executions (their cleanups
-	// terminate sandboxes), the plugin and DynamoDB Local.
-	shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	serr := srv.Shutdown(shutCtx)
-	if errors.Is(serr, http.ErrServerClosed) {
-		serr = nil
-	}
-	return errors.Join(err, serr, stack.Shutdown(shutCtx))
+	return errors.Join(err, srv.shutdown())
 }
 
-func shownToken(token string, generated bool, env string) string {
-	if generated {
-		return token
+// localServer is the local stack behind an HTTP server.
+type localServer struct {
+	cfg       *config.Config
+	stack     *localstack.Stack
+	http      *http.Server
+	url       string
+	token     string
+	generated bool
+	served    chan error
+}
+
+// startServer loads the config, starts the local stack and serves its API
+// on addr (default: the config's).
+func startServer(ctx context.Context, cfgPath, addr, dataDir string, logger *slog.Logger) (*localServer, error) {
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return nil, err
 	}
-	return "$" + env
+	if addr == "" {
+		addr = cfg.Server.Addr
+	}
+	if dataDir != "" {
+		if dataDir, err = absDir(dataDir); err != nil {
+			return nil, err
+		}
+		// The local provider's state follows the data dir unless set apart.
+		if cfg.Provider.Local.StateDir == filepath.Join(cfg.Server.DataDir, "local") {
+			cfg.Provider.Local.StateDir = filepath.Join(dataDir, "local")
+		}
+		cfg.Server.DataDir = dataDir
+	}
+	if err := os.MkdirAll(cfg.Server.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	s := &localServer{cfg: cfg, served: make(chan error, 1)}
+	if cfg.Auth.DevTokenEnv != "" {
+		s.token = os.Getenv(cfg.Auth.DevTokenEnv)
+	}
+	if s.token == "" {
+		s.token, s.generated = randomToken(), true
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	s.stack, err = localstack.Start(startCtx, localstack.Options{Config: cfg, DevToken: s.token, Logger: logger})
+	cancel()
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.http = &http.Server{Handler: s.stack.Handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.served <- s.http.Serve(ln) }()
+	s.url = "http://" + ln.Addr().String()
+	return s, nil
+}
+
+// shutdown drains: it stops taking requests, then stops executions (their
+// cleanups terminate sandboxes), the plugin and DynamoDB Local.
+func (s *localServer) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := s.http.Shutdown(ctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, s.stack.Shutdown(ctx))
 }
 
 func randomToken() string {

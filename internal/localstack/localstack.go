@@ -41,7 +41,9 @@ const StatusChangeFunction = "CleanupFunction"
 // Options configure a Stack.
 type Options struct {
 	Config *config.Config
-	// Template is template.yaml; default: beside the config file.
+	// Template is template.yaml; default: beside the config file, else
+	// $SANDSTEP_TEMPLATE or the first found walking up from the working
+	// directory.
 	Template string
 	// Store, when set, is used as is (tests pass one on a shared DynamoDB
 	// Local). Otherwise DynamoDB Local is started with its data kept under
@@ -93,6 +95,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	if opts.Template == "" {
 		opts.Template = filepath.Join(cfg.Dir, "template.yaml")
+		if _, err := os.Stat(opts.Template); err != nil {
+			if opts.Template, err = ddblocal.FindTemplate(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	tmpl, err := samtemplate.Load(opts.Template)
 	if err != nil {
