@@ -273,7 +273,9 @@ func (c *client) scrub(s string) string {
 }
 
 // detailOf makes an error answer readable: FastAPI's {"detail": ...} when it
-// is there, else the body, shortened and on one line.
+// is there, else the body, shortened and on one line. Of a validation error
+// only where and what are kept: its "input" echoes what was sent, which may
+// be a sandbox's secrets.
 func detailOf(b []byte) string {
 	var m struct {
 		Detail json.RawMessage `json:"detail"`
@@ -281,10 +283,21 @@ func detailOf(b []byte) string {
 	s := string(b)
 	if json.Unmarshal(b, &m) == nil && len(m.Detail) > 0 {
 		var text string
-		if json.Unmarshal(m.Detail, &text) == nil {
+		var items []struct {
+			Loc []any  `json:"loc"`
+			Msg string `json:"msg"`
+		}
+		switch {
+		case json.Unmarshal(m.Detail, &text) == nil:
 			s = text
-		} else {
-			s = string(m.Detail)
+		case json.Unmarshal(m.Detail, &items) == nil:
+			parts := make([]string, len(items))
+			for i, it := range items {
+				parts[i] = fmt.Sprintf("%v: %s", it.Loc, it.Msg)
+			}
+			s = strings.Join(parts, "; ")
+		default:
+			s = "(an error detail that is not text)"
 		}
 	}
 	s = strings.Join(strings.Fields(s), " ")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -64,6 +65,10 @@ func TestFatalErrors(t *testing.T) {
 	}
 	_, err := p.Create(ctx, providers.CreateSpec{Priority: 7})
 	wantCode(t, "Create with a priority Sandy refuses (422)", err, providers.InvalidArgument)
+	// Sandy's validation detail is kept, the input it echoes is not.
+	if msg := fmt.Sprint(err); !strings.Contains(msg, "priority") || strings.Contains(msg, "input") {
+		t.Errorf("the 422 error reads %q; want Sandy's detail about priority without the echoed input", msg)
+	}
 	if n := creates(422); n != 1 {
 		t.Errorf("the refused create was sent %d times, want once (no retry on 422)", n)
 	}

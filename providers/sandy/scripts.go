@@ -35,8 +35,9 @@ mv -f /tmp/.sandstep/env.$$ /tmp/.sandstep/env`
 // SANDSTEP_EXEC_ID=$SS_ID. Starting twice with one id starts once, so the
 // request may be retried.
 //
-// Report: waits up to $SS_W ms for output beyond offsets $SS_OO and $SS_EO
-// or the end, then prints
+// Report: waits up to $SS_W ms for the end or for output beyond offsets
+// $SS_OO and $SS_EO (then up to 50 ms more for the end, which usually
+// follows: one request instead of two for a short command), then prints
 //
 //	S <status or -> <stdout size> <stderr size>
 //	<up to $SS_C bytes of stdout from $SS_OO, base64>
@@ -49,8 +50,11 @@ mv -f /tmp/.sandstep/env.$$ /tmp/.sandstep/env`
 // repeated report still finds it there.
 const execScript = `X=/tmp/.sandstep/x
 D=$X/$SS_ID
-if [ -n "$SS_START" ] && mkdir -p "$X" && mkdir "$D" 2>/dev/null; then
-	find "$X" -mindepth 1 -maxdepth 1 -name '*.done' -mmin +1 -exec rm -rf {} + 2>/dev/null
+if [ -n "$SS_START" ] && { mkdir "$D" 2>/dev/null || { [ ! -d "$X" ] && mkdir -p "$X" && mkdir "$D"; }; }; then
+	for d in "$X"/*.done; do
+		[ -e "$d" ] && find "$X" -mindepth 1 -maxdepth 1 -name '*.done' -mmin +1 -exec rm -rf {} + 2>/dev/null
+		break
+	done
 	: >"$D/out"
 	: >"$D/err"
 	S=
@@ -74,29 +78,41 @@ fi
 [ -d "$D" ] || D=$D.done
 if [ ! -d "$D" ]; then echo gone; exit 0; fi
 oo=$SS_OO eo=$SS_EO C=$SS_C W=$SS_W
-f=
-sleep 0.001 2>/dev/null && f=1
-t=5 w=0
+sz() { if [ -s "$1" ]; then n=$(wc -c <"$1"); n=$((n)); else n=0; fi; }
+f=1 t=2 w=0 g=
 while [ "$w" -lt "$W" ] && [ ! -f "$D/status" ]; do
-	o=$(wc -c <"$D/out") e=$(wc -c <"$D/err")
-	if [ "$((o))" -gt "$oo" ] || [ "$((e))" -gt "$eo" ]; then break; fi
+	if [ -z "$g" ]; then
+		sz "$D/out"; o=$n
+		sz "$D/err"; e=$n
+		if [ "$o" -gt "$oo" ] || [ "$e" -gt "$eo" ]; then g=$w t=10; fi
+	elif [ $((w - g)) -ge 50 ]; then
+		break
+	fi
 	if [ -n "$f" ]; then
 		case $t in ?) s=0.00$t ;; ??) s=0.0$t ;; *) s=0.$t ;; esac
-		sleep "$s"
-		w=$((w + t)) t=$((t < 125 ? t * 2 : 250))
-	else
-		sleep 1
-		w=$((w + 1000))
+		if sleep "$s" 2>/dev/null; then
+			w=$((w + t))
+			[ -n "$g" ] || t=$((t < 125 ? t * 2 : 250))
+			continue
+		fi
+		f=
 	fi
+	sleep 1
+	w=$((w + 1000))
 done
 st=-
 [ -f "$D/status" ] && read -r st <"$D/status"
-o=$(wc -c <"$D/out") e=$(wc -c <"$D/err")
-o=$((o)) e=$((e))
+sz "$D/out"; o=$n
+sz "$D/err"; e=$n
 echo "S $st $o $e"
-[ "$o" -gt "$oo" ] && tail -c +"$((oo + 1))" "$D/out" | head -c "$C" | base64
+part() {
+	if [ "$2" -eq 0 ] && [ "$3" -le "$C" ]; then base64 <"$1"
+	else tail -c +"$(($2 + 1))" "$1" | head -c "$C" | base64
+	fi
+}
+[ "$o" -gt "$oo" ] && part "$D/out" "$oo" "$o"
 echo E
-[ "$e" -gt "$eo" ] && tail -c +"$((eo + 1))" "$D/err" | head -c "$C" | base64
+[ "$e" -gt "$eo" ] && part "$D/err" "$eo" "$e"
 echo Z
 case $D in
 *.done) ;;
