@@ -73,7 +73,7 @@ type stack struct {
 	st  *store.Store
 }
 
-func requireBwrap(t *testing.T) {
+func requireBwrap(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -92,11 +92,11 @@ type stackOpts struct {
 	searx *httptest.Server
 }
 
-func newStack(t *testing.T, wrap func(asl.Invoker) asl.Invoker) *stack {
+func newStack(t testing.TB, wrap func(asl.Invoker) asl.Invoker) *stack {
 	return newStackWith(t, stackOpts{wrap: wrap})
 }
 
-func newStackWith(t *testing.T, o stackOpts) *stack {
+func newStackWith(t testing.TB, o stackOpts) *stack {
 	t.Helper()
 	requireBwrap(t)
 	env := ddblocal.ForTests(t)
@@ -152,7 +152,7 @@ searxng_url = %q
 	return &stack{Stack: s, srv: srv, st: st}
 }
 
-func (s *stack) do(t *testing.T, method, path string, body any) (int, map[string]any) {
+func (s *stack) do(t testing.TB, method, path string, body any) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -176,7 +176,7 @@ func (s *stack) do(t *testing.T, method, path string, body any) (int, map[string
 	return resp.StatusCode, out
 }
 
-func (s *stack) submit(t *testing.T, jobID string) {
+func (s *stack) submit(t testing.TB, jobID string) {
 	t.Helper()
 	code, out := s.do(t, "POST", "/v1/jobs", map[string]any{
 		"query":     "how does bubblewrap isolate processes",
@@ -189,7 +189,7 @@ func (s *stack) submit(t *testing.T, jobID string) {
 }
 
 // wait polls the job over HTTP until it ends.
-func (s *stack) wait(t *testing.T, jobID string) map[string]any {
+func (s *stack) wait(t testing.TB, jobID string) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -213,7 +213,7 @@ func (s *stack) wait(t *testing.T, jobID string) map[string]any {
 }
 
 // noLiveSandboxes checks the ledger and the provider agree: nothing runs.
-func (s *stack) noLiveSandboxes(t *testing.T, jobID string) {
+func (s *stack) noLiveSandboxes(t testing.TB, jobID string) {
 	t.Helper()
 	ctx := context.Background()
 	// Cleanups triggered by the status-change path run after the execution
@@ -238,7 +238,7 @@ func (s *stack) noLiveSandboxes(t *testing.T, jobID string) {
 	}
 }
 
-func (s *stack) events(t *testing.T, jobID string) []map[string]any {
+func (s *stack) events(t testing.TB, jobID string) []map[string]any {
 	t.Helper()
 	_, out := s.do(t, "GET", "/v1/jobs/"+jobID+"/events?limit=1000", nil)
 	var evs []map[string]any
@@ -471,7 +471,7 @@ func contains(list []string, s string) bool {
 }
 
 // fakeSearx is a SearxNG JSON API answering every query with results.
-func fakeSearx(t *testing.T, results []map[string]string) *httptest.Server {
+func fakeSearx(t testing.TB, results []map[string]string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/search" || r.URL.Query().Get("format") != "json" {

@@ -25,7 +25,7 @@ import (
 )
 
 // researchJob submits a job with the given mode and waits for it.
-func (s *stack) research(t *testing.T, id, mode, opt string, seeds []string) map[string]any {
+func (s *stack) research(t testing.TB, id, mode, opt string, seeds []string) map[string]any {
 	t.Helper()
 	body := map[string]any{"query": "kestrel migration fixtures", "job_id": id, "mode": mode, "optimization": opt}
 	if len(seeds) > 0 {
@@ -41,7 +41,7 @@ func (s *stack) research(t *testing.T, id, mode, opt string, seeds []string) map
 	return job
 }
 
-func (s *stack) sources(t *testing.T, id string) []store.Source {
+func (s *stack) sources(t testing.TB, id string) []store.Source {
 	t.Helper()
 	src, err := s.st.ListSources(context.Background(), id)
 	if err != nil {
@@ -50,7 +50,7 @@ func (s *stack) sources(t *testing.T, id string) []store.Source {
 	return src
 }
 
-func (s *stack) reportMarkdown(t *testing.T, id string) string {
+func (s *stack) reportMarkdown(t testing.TB, id string) string {
 	t.Helper()
 	code, rep := s.do(t, "GET", "/v1/jobs/"+id+"/report", nil)
 	if code != 200 {
