@@ -142,6 +142,10 @@ type logicalRequest struct {
 	seen     time.Time
 }
 
+// ErrNoBubblewrap is wrapped by New's error when bubblewrap is missing or
+// cannot make a sandbox on this machine (no user namespaces, say).
+var ErrNoBubblewrap = errors.New("fakesandy: bubblewrap (Debian package bubblewrap) is needed to run commands and does not work here")
+
 // New checks that bubblewrap can run commands here and returns the fake.
 func New(opts Options) (*Server, error) {
 	if opts.HostSuffix == "" {
@@ -161,7 +165,7 @@ func New(opts Options) (*Server, error) {
 	if bwrap == "" {
 		p, err := exec.LookPath("bwrap")
 		if err != nil {
-			return nil, fmt.Errorf("fakesandy: bubblewrap (Debian package bubblewrap) runs the commands: %w", err)
+			return nil, fmt.Errorf("%w: %v", ErrNoBubblewrap, err)
 		}
 		bwrap = p
 	}
@@ -215,7 +219,7 @@ func (s *Server) probe() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, s.bwrap, args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("fakesandy: bubblewrap cannot run a sandbox here: %v: %s", err, bytes.TrimSpace(out))
+		return fmt.Errorf("%w: %s cannot run a sandbox here: %v: %s", ErrNoBubblewrap, s.bwrap, err, bytes.TrimSpace(out))
 	}
 	return nil
 }

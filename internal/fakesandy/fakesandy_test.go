@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,24 +24,24 @@ import (
 
 const testKey = "fake-sandy-test-key"
 
-// requireBwrap skips (fails under CI) where bubblewrap cannot run.
-func requireBwrap(t *testing.T) {
+// noBwrap skips (fails under CI) where bubblewrap cannot run.
+func noBwrap(t *testing.T, err error) {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("bubblewrap is not installed (Debian package bubblewrap): %v", err)
-		}
-		t.Skipf("bubblewrap is not installed (Debian package bubblewrap): %v", err)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(err)
 	}
+	t.Skip(err)
 }
 
 func start(t *testing.T, opts fakesandy.Options) *fakesandy.Running {
 	t.Helper()
-	requireBwrap(t)
 	if opts.APIKey == "" {
 		opts.APIKey = testKey
 	}
 	r, err := fakesandy.Start(opts, "")
+	if errors.Is(err, fakesandy.ErrNoBubblewrap) {
+		noBwrap(t, err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,13 +269,9 @@ func TestValidation(t *testing.T) {
 		t.Errorf("exec without command: %d %s, want 422", a.status, a.body)
 	}
 	// "timeout" is ignored; without timeoutMs a short default applies.
-	start := time.Now()
 	e := execIn(t, r, id, map[string]any{"command": "sleep 20; echo done", "timeout": 60, "timeoutMs": nil})
 	if e.ExitCode == 0 || !strings.Contains(e.Stderr, "Command timed out") || strings.Contains(e.Stdout, "done") {
 		t.Errorf("exec without timeoutMs: %+v, want Command timed out", e)
-	}
-	if d := time.Since(start); d > 15*time.Second {
-		t.Errorf("exec without timeoutMs took %s", d)
 	}
 	if a := do(t, r, call{method: "GET", path: "/api/resources", key: "wrong"}); a.status != 401 {
 		t.Errorf("wrong key: %d", a.status)
@@ -435,8 +432,10 @@ func TestAdminOffByDefault(t *testing.T) {
 	}
 }
 
-func TestMain_(t *testing.T) {
-	requireBwrap(t)
+func TestMainServes(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		noBwrap(t, err)
+	}
 	t.Setenv("FAKE_SANDY_TEST_KEY", testKey)
 	ctx, cancel := context.WithCancel(t.Context())
 	pr, pw := io.Pipe()
