@@ -59,3 +59,13 @@ build-ProvidersLayer:
 	  echo "build $(lambda-artifacts)/plugins/$$(basename $$d)"; \
 	  $(LAMBDA_GOBUILD) -o '$(lambda-artifacts)/plugins/'$$(basename $$d) ./$$d || exit 1; \
 	done
+
+# Sessions: the RunFunction executes run_code runs the API launches; the ReaperFunction
+# is the scheduled cleanup.
+.PHONY: build-RunFunction build-ReaperFunction
+
+build-RunFunction:
+	$(call lambda-function,run)
+
+build-ReaperFunction:
+	$(call lambda-function,reaper)

@@ -100,6 +100,12 @@ func (s *Service) ExecuteStored(ctx context.Context, t Task) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.budget(run.Timeout))
 	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		// Stop in time to record the result before the invocation ends.
+		var stop context.CancelFunc
+		ctx, stop = context.WithDeadline(ctx, dl.Add(-recordTimeout))
+		defer stop()
+	}
 	_, err = s.execute(ctx, sess, run, code)
 	if KindOf(err) == KindUnavailable {
 		return err

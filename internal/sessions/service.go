@@ -572,6 +572,12 @@ func (s *Service) GetRun(ctx context.Context, tenant, id, runID string) (Run, er
 		return Run{}, s.unavailable(err)
 	}
 	run.Code = ""
+	if run.Status == RunRunning && time.Since(run.CreatedAt) > s.budget(run.Timeout)+recordTimeout {
+		// Past anything a run may take: whatever ran it stopped before
+		// recording how it ended.
+		msg := "the run ended without a result: the process running it stopped"
+		run.Status, run.Result = RunFailed, &Result{Error: &msg, Result: []byte("null"), ExitCode: -1}
+	}
 	return run, nil
 }
 
