@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/ddblocal"
+	"github.com/sandstep/sandstep/internal/localstack"
+	"github.com/sandstep/sandstep/internal/providerhost"
+	"github.com/sandstep/sandstep/internal/reaper"
+	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/providers"
+)
+
+func needBwrap(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("bwrap is missing (Debian package bubblewrap)")
+		}
+		t.Skip("bwrap is missing (Debian package bubblewrap)")
+	}
+}
+
+func TestRunCode(t *testing.T) {
+	needBwrap(t)
+	db := ddblocal.ForTests(t)
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`
+[server]
+data_dir = %q
+[provider]
+plugin_dir = %q
+[auth]
+dev_token_env = ""
+[sessions]
+enabled = true
+sync_wait = "1s"
+`, t.TempDir(), buildLocalPlugin(t))), "config.toml", "../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stack, err := localstack.Start(ctx, localstack.Options{
+		Config: cfg, Template: "../../template.yaml", Store: store.New(db.Client, db.Prefix), DB: db.Client,
+		DevToken: devToken, ReaperInterval: -1, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(stack.Handler)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := stack.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	runPollInterval = 50 * time.Millisecond
+	t.Setenv(envToken, devToken)
+	runCode := func(args ...string) (string, string, error) {
+		var out, errb bytes.Buffer
+		err := runRunCode(ctx, append(args, "--server", srv.URL), &out, &errb)
+		return out.String(), errb.String(), err
+	}
+
+	script := filepath.Join(t.TempDir(), "note.py")
+	if err := os.WriteFile(script, []byte("open('/workspace/note', 'w').write('kept')\nprint('written')\n40 + 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runCode(script, "--session", "cli1")
+	if err != nil || out != "written\n42\n" || errOut != "" {
+		t.Fatalf("file run: %q %q %v", out, errOut, err)
+	}
+	out, _, err = runCode("-e", "require('fs').readFileSync('/workspace/note', 'utf8')", "--session", "cli1")
+	if err != nil || out != "\"kept\"\n" {
+		t.Fatalf("-e run: %q %v", out, err)
+	}
+	// Past the server's sync wait the CLI waits for the run.
+	out, errOut, err = runCode("-e", "sleep 2; echo late", "--language", "shell", "--session", "cli1")
+	if err != nil || out != "late\n" || !strings.Contains(errOut, "goes on past the server's sync wait") {
+		t.Fatalf("long run: %q %q %v", out, errOut, err)
+	}
+	out, errOut, err = runCode("-e", "echo oops >&2; exit 3", "--language", "shell", "--session", "cli1")
+	if err == nil || !strings.Contains(err.Error(), "the run failed: exit status 3") || errOut != "oops\n" || out != "" {
+		t.Fatalf("failing run: %q %q %v", out, errOut, err)
+	}
+	out, _, err = runCode("-e", "1 + 1", "--session", "cli2", "--json")
+	var v map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &v) != nil || v["result"] != float64(2) || v["session_id"] != "cli2" {
+		t.Fatalf("--json: %q %v", out, err)
+	}
+	if _, _, err := runCode("-e", "1", "--session", "bad$id"); err == nil || !strings.Contains(err.Error(), "(session_id)") {
+		t.Fatalf("bad session id: %v", err)
+	}
+}
+
+// reap runs one pass over the state `sandstep serve` leaves on disk: here
+// a sandbox the ledger never knew.
+func TestReap(t *testing.T) {
+	needBwrap(t)
+	if _, err := ddblocal.Shared(); err != nil {
+		t.Skipf("DynamoDB Local unavailable: %v", err)
+	}
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, fmt.Sprintf("[server]\naddr = \"127.0.0.1:1\"\ndata_dir = %q\n[provider]\nplugin_dir = %q\n", dir, buildLocalPlugin(t)))
+	// template.yaml is read beside the config.
+	tmpl, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(cfgPath), "template.yaml"), tmpl, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prov, err := providerhost.Open(ctx, cfg, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := prov.Create(ctx, providers.CreateSpec{Name: "unknown", Labels: map[string]string{providers.LabelOwner: "sandstep"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.Close()
+
+	var out, errb bytes.Buffer
+	if err := runReap(ctx, []string{"--config", cfgPath, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("reap: %v\n%s", err, errb.String())
+	}
+	var c reaper.Counts
+	if err := json.Unmarshal(out.Bytes(), &c); err != nil || c.Orphans != 1 || c.Errors != 0 {
+		t.Fatalf("counts = %s (%v)", out.String(), err)
+	}
+	prov, err = providerhost.Open(ctx, cfg, "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prov.Close()
+	if sb, err := prov.Get(ctx, orphan.ID); err == nil && sb.State == providers.StateRunning {
+		t.Fatalf("the unknown sandbox is still running")
+	}
+}
