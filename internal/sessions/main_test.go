@@ -139,7 +139,7 @@ func (s *syncBuffer) String() string {
 // env is a local stack with sessions enabled behind an HTTP server on
 // 127.0.0.1, over tables of the test's own.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	stack *localstack.Stack
 	srv   *httptest.Server
 	db    *ddblocal.TestEnv
@@ -162,7 +162,7 @@ type envConfig struct {
 	db *ddblocal.TestEnv
 }
 
-func newEnv(t *testing.T, ec envConfig) *env {
+func newEnv(t testing.TB, ec envConfig) *env {
 	t.Helper()
 	need(t, "bwrap", "the local provider runs sandboxes with bubblewrap (Debian package bubblewrap)")
 	if ec.db == nil {

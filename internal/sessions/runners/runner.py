@@ -3,7 +3,10 @@
 # is an expression, so its value is the result (top-level await allowed),
 # and after the code's own output writes one line:
 # "\n" + SANDSTEP_MARK + {"ok","error","truncated","result"}.
-import ast, asyncio, inspect, json, linecache, os, sys, traceback
+import ast, json, os, sys
+
+# asyncio and traceback are imported when needed: asyncio alone takes
+# longer to import than Python takes to start.
 
 mark = os.environ.pop("SANDSTEP_MARK", "")
 max_result = int(os.environ.pop("SANDSTEP_MAX_RESULT", "65536"))
@@ -12,23 +15,28 @@ src = sys.stdin.read()
 sys.stdin = open(os.devnull)
 sys.argv = ["main.py"]
 sys.path.insert(0, os.getcwd())
-linecache.cache["main.py"] = (len(src), None, src.splitlines(True), "main.py")
 scope = {"__name__": "__main__", "__builtins__": __builtins__}
 flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+CO_COROUTINE = 0x80
 loop = None
 
 
 def run(code):
     global loop
     value = eval(code, scope)
-    if code.co_flags & inspect.CO_COROUTINE:
+    if code.co_flags & CO_COROUTINE:
         if loop is None:
+            import asyncio
+
             loop = asyncio.new_event_loop()
         value = loop.run_until_complete(value)
     return value
 
 
 def describe(e):
+    import linecache, traceback
+
+    linecache.cache["main.py"] = (len(src), None, src.splitlines(True), "main.py")
     frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == "main.py"]
     lines = ["Traceback (most recent call last):\n"] + traceback.format_list(frames) if frames else []
     return "".join(lines + traceback.format_exception_only(type(e), e)).rstrip()
