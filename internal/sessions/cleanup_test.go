@@ -222,3 +222,27 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// A run on a session whose deletion has begun is refused with 409; the
+// cleanup finishes a deletion that stopped half way, and then runs get 410.
+func TestRunOnASessionBeingDeleted(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := ctxFor(t)
+	wantOK(t, e.run(tokenAcme, "busy", "shell", "echo x > /workspace/x"))
+	if _, err := e.st.BeginDelete(ctx, sessionKey("acme", "busy"), time.Now().AddDate(1, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]any{"code": "true", "language": "shell"}
+	msg := wantError(t, e.do(http.MethodPost, "/v1/sessions/busy/run", tokenAcme, body), http.StatusConflict, "conflict", "")
+	if !strings.Contains(msg, "being deleted") {
+		t.Fatalf("message = %q", msg)
+	}
+	c, err := e.stack.Reaper.Pass(ctx)
+	if err != nil || c.DeletionsResumed != 1 {
+		t.Fatalf("counts = %+v, %v: want the deletion finished", c, err)
+	}
+	wantError(t, e.do(http.MethodPost, "/v1/sessions/busy/run", tokenAcme, body), http.StatusGone, "gone", "")
+	if live := e.liveSandboxes(); len(live) != 0 {
+		t.Fatalf("sandboxes still running: %v", live)
+	}
+}
