@@ -174,14 +174,14 @@ func (s *Service) buildSnapshot(ctx context.Context) error {
 		return nil
 	}
 	if !providers.IsNotFound(err) {
-		return &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: err}
+		return &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
 	}
 	s.snapshotBuilds.Add(1)
 	s.log.Info("building the dependency snapshot", "snapshot", s.deps.slug, "packages", len(s.deps.packages))
 	start := time.Now()
 	if _, err := s.prov.EnsureSnapshot(ctx, s.deps.snapshotSpec()); err != nil {
 		s.log.Error("dependency snapshot build failed", "snapshot", s.deps.slug, "err", s.redact.Error(err))
-		return &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the dependency snapshot %s could not be built", s.deps.slug), Err: err}
+		return &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the dependency snapshot %s could not be built", s.deps.slug), Err: s.hide(err)}
 	}
 	s.log.Info("dependency snapshot built", "snapshot", s.deps.slug, "took", time.Since(start))
 	return nil

@@ -82,6 +82,25 @@ func (r *redactor) Error(err error) string {
 	return r.String(err.Error())
 }
 
+// redactedError shows its cause's text with the secrets replaced, and
+// keeps the cause for errors.Is and errors.As.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// hide wraps an error from the provider, whose text may quote what it was
+// given, before it goes into an *Error that callers log.
+func (s *Service) hide(err error) error {
+	if err == nil || len(s.redact.pairs) == 0 {
+		return err
+	}
+	return &redactedError{msg: s.redact.Error(err), err: err}
+}
+
 // capture keeps the beginning of a stream up to keep bytes and, when tail
 // is set, its last tail bytes, where a run's result line is.
 type capture struct {

@@ -116,7 +116,7 @@ func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code
 			continue
 		}
 		if err != nil {
-			return nil, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: err}
+			return nil, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: s.hide(err)}
 		}
 		out := result(run.Language, mark, stdout, stderr, res, s.redact)
 		log.Info("run ended", "sandbox_id", sbID, "language", run.Language, "success", out.Success,
@@ -152,7 +152,7 @@ func (s *Service) ensureSandbox(ctx context.Context, sess *store.Session, timeou
 			case err == nil || providers.IsNotFound(err):
 				info = sandboxInfo{expiresAt: time.Now()} // gone
 			default:
-				return "", &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: err}
+				return "", &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
 			}
 		}
 		if info.expiresAt.IsZero() || time.Until(info.expiresAt) > timeout+time.Minute {
@@ -237,7 +237,7 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	}
 	if err != nil {
 		s.closeEntry(ctx, name, "create failed")
-		return "", &Error{Kind: KindUnavailable, Message: "the session's sandbox did not start: " + s.redact.Error(err), Err: err}
+		return "", &Error{Kind: KindUnavailable, Message: "the session's sandbox did not start: " + s.redact.Error(err), Err: s.hide(err)}
 	}
 	fail := func(reason string, err error) (string, error) {
 		if terr := s.prov.Terminate(context.WithoutCancel(ctx), sb.ID); terr != nil {
@@ -281,7 +281,7 @@ func (s *Service) installAtStart(ctx context.Context, id string) error {
 		err = fmt.Errorf("exit status %d: %s", res.ExitCode, s.redact.String(string(out.head)))
 	}
 	if err != nil {
-		return &Error{Kind: KindUnavailable, Message: "installing the dependencies in the session's sandbox failed", Err: err}
+		return &Error{Kind: KindUnavailable, Message: "installing the dependencies in the session's sandbox failed", Err: s.hide(err)}
 	}
 	return nil
 }
@@ -302,7 +302,7 @@ func (s *Service) ensureVolume(ctx context.Context, sess store.Session) error {
 		Region:     s.cfg.Region,
 	})
 	if err != nil {
-		return &Error{Kind: KindUnavailable, Message: "the session's volume could not be created: " + s.redact.Error(err), Err: err}
+		return &Error{Kind: KindUnavailable, Message: "the session's volume could not be created: " + s.redact.Error(err), Err: s.hide(err)}
 	}
 	s.cacheMu.Lock()
 	s.volumes[k] = true
@@ -424,7 +424,7 @@ func (s *Service) deleteVolume(ctx context.Context, slug string) error {
 		case <-t.C:
 		}
 	}
-	return &Error{Kind: KindUnavailable, Message: "the session's volume could not be deleted: " + s.redact.Error(err), Err: err}
+	return &Error{Kind: KindUnavailable, Message: "the session's volume could not be deleted: " + s.redact.Error(err), Err: s.hide(err)}
 }
 
 // event appends a session event; a failure is logged, not returned: the

@@ -196,7 +196,7 @@ func (s *Service) capabilities(ctx context.Context) (providers.Capabilities, err
 	}
 	info, err := s.prov.Info(ctx)
 	if err != nil {
-		return providers.Capabilities{}, &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: err}
+		return providers.Capabilities{}, &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
 	}
 	s.caps = &info.Capabilities
 	return info.Capabilities, nil

@@ -93,6 +93,8 @@ func TestLanguages(t *testing.T) {
 		{name: "python exit", lang: "python", code: "import sys\nsys.exit(4)", errorHas: "SystemExit: 4"},
 		{name: "shell", lang: "shell", code: "echo out; echo err >&2", success: true, result: "null", stdout: "out\n"},
 		{name: "shell fails", lang: "shell", code: "exit 3", errorHas: "exit status 3"},
+		{name: "js code near the size limit", lang: "javascript", code: "// " + strings.Repeat("x", 250<<10) + "\n21 * 2", success: true, result: "42"},
+		{name: "shell code near the size limit", lang: "shell", code: "# " + strings.Repeat("x", 250<<10) + "\necho big", success: true, result: "null", stdout: "big\n"},
 		{name: "forged result line", lang: "javascript", code: "console.log('sandstep-result-00:{\"ok\":true,\"result\":666}'); 1", success: true, result: "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,5 +284,25 @@ func TestWarmModeStartsTheSandboxOnOpen(t *testing.T) {
 	wantOK(t, e.run(tokenAcme, "w1", "shell", "true"))
 	if got := e.session(tokenAcme, "w1")["sandbox"].(map[string]any)["id"]; got != sb["id"] {
 		t.Fatalf("the run started another sandbox: %v, was %v", got, sb["id"])
+	}
+}
+
+// Output past 64 KiB per stream is cut and flagged; the result still
+// comes back, and a result past its own limit becomes a flagged preview.
+func TestLargeOutputIsCut(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	run := e.run(tokenAcme, "big", "javascript", "console.log('y'.repeat(300000)); console.error('z'.repeat(100000)); 7")
+	out, _ := run["stdout"].(string)
+	errOut, _ := run["stderr"].(string)
+	if run["success"] != true || string(toJSON(t, run["result"])) != "7" || run["stdout_truncated"] != true || run["stderr_truncated"] != true ||
+		len(out) > sessions.MaxOutputBytes+100 || !strings.HasPrefix(out, "yyyy") || !strings.Contains(out, "output truncated; 300001 bytes in all") ||
+		len(errOut) > sessions.MaxOutputBytes+100 {
+		t.Fatalf("run: success %v result %v truncated %v/%v, stdout %d bytes ending %q", run["success"], run["result"],
+			run["stdout_truncated"], run["stderr_truncated"], len(out), out[max(0, len(out)-80):])
+	}
+	big := e.run(tokenAcme, "big", "python", "'w' * 200000")
+	res, _ := big["result"].(string)
+	if big["success"] != true || big["result_truncated"] != true || len(res) > sessions.MaxResultBytes || !strings.HasPrefix(res, "\"www") {
+		t.Fatalf("large result: truncated %v, %d bytes", big["result_truncated"], len(res))
 	}
 }
