@@ -92,10 +92,12 @@ func (d deps) setup(root string) ([]string, map[string]string) {
 func (d deps) snapshotSpec() providers.SnapshotSpec {
 	cmds, env := d.setup(SnapshotRoot)
 	return providers.SnapshotSpec{
-		Slug:    d.slug,
-		Setup:   cmds,
-		Env:     env,
-		Labels:  map[string]string{providers.LabelOwner: "sandstep"},
+		Slug:  d.slug,
+		Setup: cmds,
+		Env:   env,
+		// Not the owner label: a provider that labelled its builder
+		// sandbox with it would show the reaper a sandbox no ledger knows.
+		Labels:  map[string]string{"sandstep.snapshot": "session-dependencies"},
 		Timeout: SnapshotBuildTimeout,
 	}
 }
