@@ -150,16 +150,24 @@ func text(b []byte, total int64, r *redactor) (string, bool) {
 	s := r.String(string(b))
 	truncated := total > int64(len(b))
 	if len(s) > MaxOutputBytes {
-		cut := MaxOutputBytes
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s, truncated = s[:cut], true
+		s, truncated = cutAt(s, MaxOutputBytes), true
 	}
 	if truncated {
 		s += fmt.Sprintf("\n[sandstep: output truncated; %d bytes in all]", total)
 	}
 	return strings.ToValidUTF8(s, "\uFFFD"), truncated
+}
+
+// cutAt returns at most the first n bytes of s, ending on a character
+// boundary.
+func cutAt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // verdict is the runner's result line.

@@ -145,20 +145,10 @@ func result(language, mark string, stdout, stderr *capture, res providers.ExecRe
 		out.Error = &msg
 	}
 	if out.Error != nil {
-		e := r.String(*out.Error)
-		if len(e) > MaxErrorBytes {
-			e = e[:MaxErrorBytes]
-			for len(e) > 0 && !utf8RuneStartAt(e, len(e)) {
-				e = e[:len(e)-1]
-			}
-		}
+		e := cutAt(r.String(*out.Error), MaxErrorBytes)
 		out.Error = &e
 	}
 	return out
-}
-
-func utf8RuneStartAt(s string, i int) bool {
-	return i >= len(s) || s[i]&0xC0 != 0x80
 }
 
 // capJSON keeps a result within MaxResultBytes: a larger one becomes a
@@ -169,11 +159,7 @@ func capJSON(raw json.RawMessage) (json.RawMessage, bool) {
 	}
 	s := string(raw)
 	for n := MaxResultBytes / 2; ; n /= 2 {
-		cut := s[:n]
-		for len(cut) > 0 && !utf8RuneStartAt(s, len(cut)) {
-			cut = cut[:len(cut)-1]
-		}
-		b, _ := json.Marshal(strings.ToValidUTF8(cut, "\uFFFD"))
+		b, _ := json.Marshal(strings.ToValidUTF8(cutAt(s, n), "\uFFFD"))
 		if len(b) <= MaxResultBytes {
 			return b, true
 		}

@@ -161,9 +161,6 @@ func New(opts Options) (*Service, error) {
 // Enabled reports whether the session routes are on.
 func (s *Service) Enabled() bool { return s.cfg.Enabled }
 
-// Config returns the [sessions] settings in force.
-func (s *Service) Config() config.SessionsConfig { return s.cfg }
-
 // Shutdown waits for the runs and the snapshot build going on in this
 // process; when ctx ends first, it cancels them (their sessions are
 // released and their results recorded as failed) and waits again.
