@@ -233,14 +233,16 @@ func (s *Service) view(ctx context.Context, sess store.Session) View {
 		SandboxID: sess.SandboxID, CreatedAt: sess.CreatedAt, LastAccessedAt: sess.LastAccessedAt,
 		ExpiresAt: sess.IdleExpiresAt, DeletedAt: sess.DeletedAt, Dependencies: DepsNone,
 	}
+	caps, err := s.capabilities(ctx)
+	snapshots := err == nil && caps.Snapshots
+	if snapshots {
+		v.Snapshot = s.deps.slug
+	}
 	if len(s.deps.packages) > 0 {
 		v.Dependencies = DepsAtStart
-		if caps, err := s.capabilities(ctx); err == nil && caps.Snapshots {
+		if snapshots {
 			v.Dependencies = DepsSnapshot
 		}
-	}
-	if caps, err := s.capabilities(ctx); err == nil && caps.Snapshots {
-		v.Snapshot = s.deps.slug
 	}
 	if sess.State == store.SessionDeleted {
 		v.ExpiresAt = time.Time{}
