@@ -131,8 +131,8 @@ type Server struct {
 	requests  map[string]*logicalRequest
 	seq       int
 	closed    bool
-
-	teardowns sync.WaitGroup
+	busy      int        // teardowns under way; Close waits for them
+	idle      *sync.Cond // on mu, signalled when busy drops
 }
 
 // logicalRequest is one request and its retries.
@@ -184,6 +184,7 @@ func New(opts Options) (*Server, error) {
 		sandboxes: make(map[string]*sandbox),
 		requests:  make(map[string]*logicalRequest),
 	}
+	s.idle = sync.NewCond(&s.mu)
 	if s.dir == "" {
 		d, err := os.MkdirTemp("", "fakesandy-")
 		if err != nil {
@@ -274,6 +275,25 @@ func (s *Server) Preempt(id string) bool {
 	return true
 }
 
+// begin counts a teardown that Close must wait for; it reports false once
+// Close has begun, which tears everything down itself.
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.busy++
+	return true
+}
+
+func (s *Server) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.busy--
+	s.idle.Broadcast()
+}
+
 // Close kills every sandbox's processes and removes their directories.
 // Requests that arrive afterwards are answered 503.
 func (s *Server) Close() error {
@@ -287,7 +307,11 @@ func (s *Server) Close() error {
 	for _, sb := range sbs {
 		s.destroy(sb)
 	}
-	s.teardowns.Wait()
+	s.mu.Lock()
+	for s.busy > 0 {
+		s.idle.Wait()
+	}
+	s.mu.Unlock()
 	s.removeOwnDir()
 	return nil
 }

@@ -154,7 +154,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	if s.sandboxes[id] == sb {
-		sb.expiry = time.AfterFunc(time.Until(sb.timeoutAt), func() { s.destroy(sb) })
+		sb.expiry = time.AfterFunc(time.Until(sb.timeoutAt), func() {
+			if s.begin() {
+				defer s.end()
+				s.destroy(sb)
+			}
+		})
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, s.describe(sb, false))
@@ -250,9 +255,11 @@ func (s *Server) tearDown(sb *sandbox) {
 		}
 		s.mu.Unlock()
 		killMarked(sb.marker)
-		s.teardowns.Add(1)
+		s.mu.Lock()
+		s.busy++
+		s.mu.Unlock()
 		go func() {
-			defer s.teardowns.Done()
+			defer s.end()
 			_ = os.RemoveAll(sb.dir)
 		}()
 	})
