@@ -140,9 +140,12 @@ func check(s *config.SandySettings) error {
 	if s.Priority < 0 || s.Priority > 3 {
 		errs = append(errs, fmt.Errorf("priority must be 0 to 3, not %d", s.Priority))
 	}
-	for name, d := range map[string]config.Duration{"request_timeout": s.RequestTimeout, "retry_base_delay": s.RetryBaseDelay, "create_timeout": s.CreateTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be longer than zero, not %s", name, d))
+	for _, d := range []struct {
+		name string
+		v    config.Duration
+	}{{"request_timeout", s.RequestTimeout}, {"retry_base_delay", s.RetryBaseDelay}, {"create_timeout", s.CreateTimeout}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be longer than zero, not %s", d.name, d.v))
 		}
 	}
 	if s.MaxRetries < 0 || s.MaxRetries > 20 {
@@ -151,9 +154,12 @@ func check(s *config.SandySettings) error {
 	if s.WarmupAttempts < 1 || s.WarmupAttempts > 20 {
 		errs = append(errs, fmt.Errorf("warmup_attempts must be from 1 to 20, not %d", s.WarmupAttempts))
 	}
-	for name, v := range map[string]int{"read_chunk_bytes": s.ReadChunkBytes, "write_chunk_bytes": s.WriteChunkBytes} {
-		if v < config.SandyMinChunkBytes || v > config.SandyMaxChunkBytes {
-			errs = append(errs, fmt.Errorf("%s must be from %d to %d, not %d", name, config.SandyMinChunkBytes, config.SandyMaxChunkBytes, v))
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"read_chunk_bytes", s.ReadChunkBytes}, {"write_chunk_bytes", s.WriteChunkBytes}} {
+		if c.v < config.SandyMinChunkBytes || c.v > config.SandyMaxChunkBytes {
+			errs = append(errs, fmt.Errorf("%s must be from %d to %d, not %d", c.name, config.SandyMinChunkBytes, config.SandyMaxChunkBytes, c.v))
 		}
 	}
 	return errors.Join(errs...)
