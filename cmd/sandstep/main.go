@@ -36,6 +36,9 @@ func commands() map[string]command {
 		"events":      {"print a job's events; --follow streams them until the job ends", runEvents},
 		"cancel":      {"cancel a job", runCancel},
 		"report":      {"print a finished job's report as markdown", runReport},
+		"run-code":    {"run code in a session of a server: files in /workspace stay for the session's next runs", runRunCode},
+		"reap":        {"run one cleanup pass over the local state: expired session volumes, idle sandboxes, leaked sandboxes", runReap},
+		"fake-sandy":  {"serve a fake Sandy API on 127.0.0.1 (real commands under bubblewrap, switchable faults) for manual tests", runFakeSandy},
 		"research":    {"run a deep-research query: live steps, then the report (starts a local server if none runs)", runResearch},
 	}
 }

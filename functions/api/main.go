@@ -13,6 +13,7 @@ import (
 	"github.com/sandstep/sandstep/internal/app"
 	"github.com/sandstep/sandstep/internal/engine"
 	"github.com/sandstep/sandstep/internal/providerhost"
+	"github.com/sandstep/sandstep/internal/sessions"
 )
 
 func main() {
@@ -26,13 +27,20 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
+	prov := providerhost.Lambda(a.Config, a.Logger)
+	svc, err := sessions.NewForLambda(a.Config, a.Store, app.LambdaAWSConfig(), prov, a.Logger)
+	if err != nil {
+		slog.Error("init", "err", err)
+		os.Exit(1)
+	}
 	h := api.New(api.Options{
 		Store: a.Store,
 		Executor: &engine.StepFunctions{
 			Client:          sfn.NewFromConfig(app.LambdaAWSConfig()),
 			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
 		},
-		Provider: providerhost.Lambda(a.Config, a.Logger),
+		Provider: prov,
+		Sessions: svc,
 		Auth:     auth,
 		Logger:   a.Logger,
 	})

@@ -58,6 +58,8 @@ func TestRepoTemplateShape(t *testing.T) {
 		"SummarizeFunction": {"functions/summarize", 900},
 		"ReportFunction":    {"functions/report", 900},
 		"CleanupFunction":   {"functions/cleanup", 300},
+		"RunFunction":       {"functions/run", 900},
+		"ReaperFunction":    {"functions/reaper", 300},
 	}
 	for id, res := range tpl.Resources() {
 		if res["Type"] == "AWS::Serverless::Function" {
@@ -123,8 +125,10 @@ func TestRepoTemplateShape(t *testing.T) {
 	}
 	slices.Sort(routes)
 	wantRoutes := []string{
+		"DELETE /v1/sessions/{sid}",
 		"GET /healthz", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report",
-		"GET /v1/providers", "POST /v1/jobs", "POST /v1/jobs/{id}/cancel",
+		"GET /v1/providers", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events", "GET /v1/sessions/{sid}/runs/{run}",
+		"POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/run",
 	}
 	if !slices.Equal(routes, wantRoutes) {
 		t.Errorf("routes = %v, want %v", routes, wantRoutes)
