@@ -44,6 +44,7 @@ func run(m *testing.M) int {
 	root, _ := filepath.Abs("../..")
 	for _, b := range []struct{ out, pkg string }{
 		{filepath.Join(pluginDir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local"},
+		{filepath.Join(pluginDir, "sandstep-provider-sandy"), "./providers/sandy/cmd/sandstep-provider-sandy"},
 		{filepath.Join(toolsDir, "sandstep-crawler"), "./cmd/sandstep-crawler"},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
@@ -64,13 +65,18 @@ func run(m *testing.M) int {
 	return ddblocal.RunTests(m)
 }
 
-const token = "e2e-token"
+const (
+	token    = "e2e-token"
+	sandyKey = "e2e-sandy-key"
+)
 
 // stack is a local stack behind a real HTTP server on 127.0.0.1.
 type stack struct {
 	*localstack.Stack
 	srv *httptest.Server
 	st  *store.Store
+	// live lists the provider's sandboxes where List cannot (Sandy).
+	live func() []string
 }
 
 func requireBwrap(t testing.TB) {
@@ -88,6 +94,10 @@ func requireBwrap(t testing.TB) {
 type stackOpts struct {
 	wrap   func(asl.Invoker) asl.Invoker
 	config string
+	// provider is the one line of config that differs between runs on
+	// different providers; sandyURL is the fake Sandy it then talks to.
+	provider string
+	sandyURL string
 	// searx answers the discover phase's searches; nil: no results.
 	searx *httptest.Server
 }
@@ -104,14 +114,25 @@ func newStackWith(t testing.TB, o stackOpts) *stack {
 	if o.searx == nil {
 		o.searx = fakeSearx(t, nil)
 	}
+	if o.provider == "" {
+		o.provider = "local"
+	}
+	if o.sandyURL == "" {
+		o.sandyURL = "http://127.0.0.1:1"
+	}
+	t.Setenv("SANDSTEP_TEST_SANDY_KEY", sandyKey)
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
 [provider]
-name = "local"
+name = %q
 plugin_dir = %q
 [provider.local]
 tools_dir = %q
+[provider.sandy]
+base_url = %q
+api_key_env = "SANDSTEP_TEST_SANDY_KEY"
+retry_base_delay = "10ms"
 [sandbox]
 lifetime = "10m"
 [auth]
@@ -119,7 +140,7 @@ dev_token_env = ""
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, dir, pluginDir, toolsDir, o.searx.URL) + o.config
+`, dir, o.provider, pluginDir, toolsDir, o.sandyURL, o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)
@@ -140,6 +161,8 @@ searxng_url = %q
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Providers that cannot mount the crawler get it uploaded from here.
+	s.App.Phases.CrawlerBinary = filepath.Join(toolsDir, "sandstep-crawler")
 	srv := httptest.NewServer(s.Handler)
 	t.Cleanup(func() {
 		srv.Close()
@@ -224,8 +247,12 @@ func (s *stack) noLiveSandboxes(t testing.TB, jobID string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		running, err := s.Provider.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelJob: jobID}})
-		if err != nil {
+		var running []providers.Sandbox
+		if s.live != nil {
+			for range s.live() {
+				running = append(running, providers.Sandbox{})
+			}
+		} else if running, err = s.Provider.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelJob: jobID}}); err != nil {
 			t.Fatal(err)
 		}
 		if len(live) == 0 && len(running) == 0 {

@@ -59,7 +59,27 @@ func (p *Phases) Crawl(ctx context.Context, in CrawlInput) (CrawlOutput, error) 
 		return CrawlOutput{}, err
 	}
 	out, err := r.crawl(in)
+	if err != nil && !providers.IsNotFound(err) && r.checkCancel() == nil && in.SandboxID != "" {
+		// An exec cut short by a vanishing sandbox fails in whatever way
+		// the backend reports; asking for the sandbox tells.
+		if _, gerr := p.Provider.Get(r.ctx, in.SandboxID); providers.IsNotFound(gerr) {
+			err = gerr
+		}
+	}
+	if providers.IsNotFound(err) && r.checkCancel() == nil {
+		// The sandbox is gone (preempted, expired): the job goes on
+		// with what discovery found.
+		out, err = CrawlOutput{Done: true, Offset: in.Offset}, r.sandboxLost(err)
+	}
 	return out, r.end(err)
+}
+
+func (r *run) sandboxLost(cause error) error {
+	r.log.Warn("sandbox lost during the crawl", "err", cause)
+	if err := r.step(store.StepCrawl, store.StepError, 0, 0); err != nil {
+		return err
+	}
+	return r.fallback(FallbackSnippets, string(store.StepCrawl), "the sandbox is gone ("+cause.Error()+"): the report uses the search snippets")
 }
 
 func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
