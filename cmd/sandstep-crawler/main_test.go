@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/crawler"
 	"github.com/sandstep/sandstep/internal/fixturesite"
+	"github.com/sandstep/sandstep/internal/testbin"
 )
 
 var binary string
@@ -27,14 +28,12 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	binary = filepath.Join(dir, "sandstep-crawler")
 	// Built the way the sandbox gets it: static, no cgo.
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
+	if _, err := testbin.Build(dir, testbin.Crawler); err != nil {
 		os.RemoveAll(dir)
-		panic("build sandstep-crawler: " + err.Error() + "\n" + string(out))
+		panic(err)
 	}
+	binary = filepath.Join(dir, testbin.Crawler)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

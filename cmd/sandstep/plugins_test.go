@@ -8,17 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandstep/sandstep/internal/testbin"
 )
 
 // buildLocalPlugin builds the local provider plugin into a fresh plugin dir.
 func buildLocalPlugin(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local")
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build plugin: %v\n%s", err, out)
+	dir, err := testbin.Build(t.TempDir(), testbin.LocalPlugin)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/fixturesite"
+	"github.com/sandstep/sandstep/internal/testbin"
 )
 
 func TestResearchStartsALocalServerAndPrintsTheReport(t *testing.T) {
@@ -20,15 +21,10 @@ func TestResearchStartsALocalServerAndPrintsTheReport(t *testing.T) {
 		t.Skip("bwrap missing")
 	}
 	plugins := buildLocalPlugin(t)
-	tools := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(tools, "sandstep-crawler"), "./cmd/sandstep-crawler")
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build crawler: %v\n%s", err, out)
-	}
-	for _, d := range []string{filepath.Dir(tools), tools} {
-		os.Chmod(d, 0o755)
+	os.Chmod(filepath.Dir(t.TempDir()), 0o755)
+	tools, err := testbin.Build(t.TempDir(), testbin.Crawler)
+	if err != nil {
+		t.Fatal(err)
 	}
 	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -39,28 +40,17 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginDir = filepath.Join(dir, "plugins")
-	toolsDir = filepath.Join(dir, "tools")
-	root, _ := filepath.Abs("../..")
-	for _, b := range []struct{ out, pkg string }{
-		{filepath.Join(pluginDir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local"},
-		{filepath.Join(pluginDir, "sandstep-provider-sandy"), "./providers/sandy/cmd/sandstep-provider-sandy"},
-		{filepath.Join(toolsDir, "sandstep-crawler"), "./cmd/sandstep-crawler"},
-	} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", b.pkg, err, out)
-			return 1
-		}
-	}
 	// The sandboxes' uids must be able to enter the tools folder.
-	for _, d := range []string{dir, toolsDir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.SandyPlugin); err == nil {
+		toolsDir, err = testbin.Build(filepath.Join(dir, "tools"), testbin.Crawler)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	return ddblocal.RunTests(m)
 }

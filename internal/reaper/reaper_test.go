@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +26,7 @@ import (
 	"github.com/sandstep/sandstep/internal/providerhost"
 	"github.com/sandstep/sandstep/internal/reaper"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -41,13 +41,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginDir = dir
-	root, _ := filepath.Abs("../..")
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build local plugin: %v\n%s", err, out)
+	if pluginDir, err = testbin.Build(dir, testbin.LocalPlugin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return ddblocal.RunTests(m)

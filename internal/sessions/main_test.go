@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -38,13 +39,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginDir = filepath.Join(dir, "plugins")
-	root, _ := filepath.Abs("../..")
-	cmd := exec.Command("go", "build", "-o", filepath.Join(pluginDir, "sandstep-provider-local"), "./providers/local/cmd/sandstep-provider-local")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build local plugin: %v\n%s", err, out)
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	// Sandboxes bring their own /tmp, so what they read from the host

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers/conformance"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
@@ -33,15 +34,11 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginPath = filepath.Join(dir, plugin.BinaryPrefix+"local")
-	// The package sits two levels below the module root.
-	build := exec.Command("go", "build", "-o", pluginPath, "./providers/local/cmd/sandstep-provider-local")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the local provider plugin: %v\n%s", err, out)
+	if _, err := testbin.Build(dir, testbin.LocalPlugin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	pluginPath = filepath.Join(dir, testbin.LocalPlugin)
 	return m.Run()
 }
 

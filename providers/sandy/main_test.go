@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/fakesandy"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
 
@@ -30,15 +30,11 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pluginPath = filepath.Join(dir, plugin.BinaryPrefix+"sandy")
-	// The package sits two levels below the module root.
-	build := exec.Command("go", "build", "-o", pluginPath, "./providers/sandy/cmd/sandstep-provider-sandy")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building the sandy provider plugin: %v\n%s", err, out)
+	if _, err := testbin.Build(dir, testbin.SandyPlugin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	pluginPath = filepath.Join(dir, testbin.SandyPlugin)
 	return m.Run()
 }
 

@@ -1,0 +1,73 @@
+// Package testbin builds the project's binaries for tests that run them as
+// real subprocesses: provider plugins, the crawler, the CLI. Every such test
+// builds the same way, static (the local provider mounts its plugin and the
+// crawler inside sandboxes, where only /usr of the host is visible).
+package testbin
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// Binaries the tests build, by the name of their output file.
+const (
+	LocalPlugin = "sandstep-provider-local"
+	SandyPlugin = "sandstep-provider-sandy"
+	Crawler     = "sandstep-crawler"
+)
+
+// packages maps an output name to its main package.
+var packages = map[string]string{
+	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
+	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
+	Crawler:     "./cmd/sandstep-crawler",
+}
+
+// Root returns the module root: the first folder holding go.mod walking up
+// from the working directory (a test runs in its package's folder).
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles the named binaries into dir (created, and made searchable
+// for the sandboxes' own uids) with CGO off, and returns dir.
+func Build(dir string, names ...string) (string, error) {
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	for _, name := range names {
+		pkg, ok := packages[name]
+		if !ok {
+			return "", fmt.Errorf("testbin: unknown binary %q", name)
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %w\n%s", pkg, err, out)
+		}
+	}
+	return dir, nil
+}
