@@ -335,6 +335,13 @@ func (p *Provider) collectTrees(s settings) {
 		if !free {
 			continue
 		}
+		// A build that finished after the metas were read above has
+		// published this tree and let go of its lock: ask again, now
+		// that no build of the slug can be running.
+		if m, err := readSnapshotMeta(s, slug); err == nil && slug+"@"+m.ID == e.Name() {
+			lock.Close()
+			continue
+		}
 		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
 			p.log.Warn("removing an unused snapshot tree", "tree", e.Name(), "err", err)
 		}
