@@ -42,7 +42,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "dev token (tenant dev): from $%s\n", srv.cfg.Auth.DevTokenEnv)
 	}
 	fmt.Fprintf(stdout, "try:\n  curl -s -X POST %s/v1/jobs -H \"Authorization: Bearer %s\" -d '{\"query\":\"what is bubblewrap\",\"seed_urls\":[\"https://github.com/containers/bubblewrap\"]}'\n", srv.url, shown)
-	fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", shown)
+	if srv.generated {
+		fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", srv.token)
+	} else {
+		fmt.Fprintln(stdout, "  or: bin/sandstep research \"what is bubblewrap\"")
+	}
 
 	select {
 	case <-ctx.Done():
