@@ -51,6 +51,10 @@ build-CleanupFunction:
 	$(call lambda-function,cleanup)
 
 LAMBDA_PLUGINS := $(wildcard providers/*/cmd/sandstep-provider-*)
+# The crawler runs inside the provider's sandboxes, not in the Lambda: it is
+# built for their architecture (hosted sandboxes are x86_64) and uploaded
+# from /opt/sandbox by the phases (SANDSTEP_CRAWLER).
+SANDBOX_GOARCH ?= amd64
 
 build-ProvidersLayer:
 	@test -n '$(LAMBDA_PLUGINS)' || { echo 'build-ProvidersLayer: no providers/*/cmd/sandstep-provider-* to build' >&2; exit 1; }
@@ -59,6 +63,9 @@ build-ProvidersLayer:
 	  echo "build $(lambda-artifacts)/plugins/$$(basename $$d)"; \
 	  $(LAMBDA_GOBUILD) -o '$(lambda-artifacts)/plugins/'$$(basename $$d) ./$$d || exit 1; \
 	done
+	@mkdir -p '$(lambda-artifacts)/sandbox'
+	GOOS=linux GOARCH=$(SANDBOX_GOARCH) CGO_ENABLED=0 $(LAMBDA_GO) build -trimpath -ldflags '$(LAMBDA_LDFLAGS)' \
+	  -o '$(lambda-artifacts)/sandbox/sandstep-crawler' ./cmd/sandstep-crawler
 
 # Sessions: the RunFunction executes run_code runs the API launches; the ReaperFunction
 # is the scheduled cleanup.

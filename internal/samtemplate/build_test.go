@@ -92,12 +92,26 @@ func TestLambdaBuildProvidersLayer(t *testing.T) {
 	for _, src := range want {
 		checkLambdaELF(t, filepath.Join(out, "plugins", filepath.Base(src)))
 	}
+	// The crawler is for the sandboxes, which are x86_64, not for the
+	// Lambda: static, no interpreter.
+	f, err := elf.Open(filepath.Join(out, "sandbox", "sandstep-crawler"))
+	if err != nil {
+		t.Fatalf("the layer has no crawler for the sandboxes: %v", err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_X86_64 || f.Progs != nil && slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_INTERP }) {
+		t.Errorf("crawler: machine %v, want a static x86_64 binary", f.Machine)
+	}
 	entries, err := os.ReadDir(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0].Name() != "plugins" {
-		t.Errorf("the layer holds %v, want only plugins/ (mounted at /opt/plugins)", entries)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"plugins", "sandbox"}) {
+		t.Errorf("the layer holds %v, want plugins/ and sandbox/ (mounted at /opt/plugins and /opt/sandbox)", names)
 	}
 }
 
