@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/sessions"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers"
@@ -196,7 +197,7 @@ func (s *server) dispatch(w http.ResponseWriter, r *http.Request, c *call) error
 		}
 	}
 	if id != "" {
-		if !validJobID(id) {
+		if !ids.Valid(id) {
 			return jobNotFound(id)
 		}
 		r.SetPathValue("id", id)

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
@@ -36,7 +37,7 @@ const (
 	MaxQueryRunes   = 2000
 	MaxSeedURLs     = 20
 	MaxSeedURLBytes = 2048
-	MaxJobIDLen     = 64
+	MaxJobIDLen     = ids.MaxLen
 )
 
 var (
@@ -56,21 +57,6 @@ func viewStatus(j store.Job) store.Status {
 		return store.StatusFailed
 	}
 	return j.Status
-}
-
-// validJobID: 1 to 64 of [A-Za-z0-9._-]; "." and ".." are refused because
-// no URL can address them.
-func validJobID(id string) bool {
-	if id == "" || len(id) > MaxJobIDLen || id == "." || id == ".." {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // crockford is Crockford's base32 in lower case; its digits sort in ASCII
@@ -187,7 +173,7 @@ func decodeSubmit(w http.ResponseWriter, r *http.Request) (submitBody, error) {
 		}
 		body.SeedURLs = urls
 	}
-	if body.JobID != nil && !validJobID(*body.JobID) {
+	if body.JobID != nil && !ids.Valid(*body.JobID) {
 		add(invalid("job_id", "job_id must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", MaxJobIDLen))
 	}
 	switch len(problems) {

@@ -6,25 +6,16 @@ import (
 	"encoding/hex"
 	"strings"
 	"time"
+
+	"github.com/sandstep/sandstep/internal/ids"
 )
 
 // MaxIDLen is the longest session (and run) id.
-const MaxIDLen = 64
+const MaxIDLen = ids.MaxLen
 
-// ValidID reports whether id is a session or run id: 1 to 64 of
-// [A-Za-z0-9._-], not "." or ".." (no URL can address those).
-func ValidID(id string) bool {
-	if id == "" || len(id) > MaxIDLen || id == "." || id == ".." {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// ValidID reports whether id is a session or run id (the rule of package
+// ids).
+func ValidID(id string) bool { return ids.Valid(id) }
 
 // sessionKey is a session's key in the store: sessions belong to their
 // tenant, so two tenants may use the same id without meeting. Tenant names
