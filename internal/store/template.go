@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"gopkg.in/yaml.v3"
+	"github.com/sandstep/sandstep/internal/cfn"
 )
 
 // TableSpec is one DynamoDB table declared in template.yaml, ready for
@@ -35,17 +35,9 @@ func LoadTables(path, prefix string) ([]TableSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read template: %w", err)
 	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	v, err := cfnValue(&doc)
+	root, err := cfn.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
-	}
-	root, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s: top level is not a mapping", path)
 	}
 	params := map[string]string{
 		"AWS::Region":    LocalRegion,
@@ -471,71 +463,4 @@ func cfnSub(v any, params map[string]string) (string, error) {
 	})
 	// ${!Literal} escapes a literal ${Literal}.
 	return strings.ReplaceAll(out, "${!", "${"), err
-}
-
-// cfnValue converts a YAML node to plain Go values, rewriting CloudFormation's
-// short-form tags (!Ref, !Sub, !GetAtt...) to their long forms ({"Ref": x},
-// {"Fn::Sub": x}...) so that the rest of the code sees one representation.
-func cfnValue(n *yaml.Node) (any, error) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		if len(n.Content) == 0 {
-			return nil, nil
-		}
-		return cfnValue(n.Content[0])
-	case yaml.AliasNode:
-		return cfnValue(n.Alias)
-	}
-	if strings.HasPrefix(n.Tag, "!") && !strings.HasPrefix(n.Tag, "!!") {
-		fn := n.Tag[1:]
-		plain := *n
-		plain.Tag = ""
-		v, err := cfnValue(&plain)
-		if err != nil {
-			return nil, err
-		}
-		switch fn {
-		case "Ref", "Condition":
-			return map[string]any{fn: v}, nil
-		case "GetAtt":
-			// !GetAtt Res.Attr is the list form [Res, Attr].
-			if s, ok := v.(string); ok {
-				res, attr, _ := strings.Cut(s, ".")
-				v = []any{res, attr}
-			}
-		}
-		return map[string]any{"Fn::" + fn: v}, nil
-	}
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := make(map[string]any, len(n.Content)/2)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			if k.Kind == yaml.AliasNode {
-				k = k.Alias
-			}
-			v, err := cfnValue(n.Content[i+1])
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = v
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		l := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			v, err := cfnValue(c)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, v)
-		}
-		return l, nil
-	default:
-		var v any
-		if err := n.Decode(&v); err != nil {
-			return nil, fmt.Errorf("line %d: %w", n.Line, err)
-		}
-		return v, nil
-	}
 }
