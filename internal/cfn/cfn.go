@@ -151,4 +151,3 @@ func getAttArgs(v any, line int) (any, error) {
 	}
 	return []any{res, attr}, nil
 }
-
