@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testlog"
 )
 
 func TestMain(m *testing.M) { os.Exit(ddblocal.RunTests(m)) }
@@ -152,24 +153,6 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// syncBuffer is written by a command running in another goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type result struct {
 	code           int
 	stdout, stderr string
@@ -183,15 +166,15 @@ func (e *testEnv) run(args ...string) result {
 }
 
 func runCLI(ctx context.Context, args ...string) result {
-	var stdout, stderr syncBuffer
+	var stdout, stderr testlog.Buffer
 	code := run(ctx, args, &stdout, &stderr)
 	return result{code, stdout.String(), stderr.String()}
 }
 
 // start runs the command line in the background; wait returns its result.
-func (e *testEnv) start(args ...string) (stdout *syncBuffer, wait func() result) {
+func (e *testEnv) start(args ...string) (stdout *testlog.Buffer, wait func() result) {
 	args = append(args, "--server", e.url, "--token", testToken)
-	var out, errOut syncBuffer
+	var out, errOut testlog.Buffer
 	done := make(chan int, 1)
 	ctx := testCtx(e.t)
 	go func() { done <- run(ctx, args, &out, &errOut) }()

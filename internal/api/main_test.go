@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testlog"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -103,31 +103,13 @@ type staticProvider providers.Info
 
 func (p staticProvider) Info(context.Context) (providers.Info, error) { return providers.Info(p), nil }
 
-// syncBuffer collects log output written from server goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testEnv struct {
 	t       testing.TB
 	store   *store.Store
 	exec    *recordingExecutor
 	handler http.Handler
 	srv     *httptest.Server
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 }
 
 // newEnv serves the API on 127.0.0.1 over tables of the test's own.
@@ -149,7 +131,7 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &testEnv{t: t, store: st, exec: &recordingExecutor{}, logs: &syncBuffer{}}
+	e := &testEnv{t: t, store: st, exec: &recordingExecutor{}, logs: &testlog.Buffer{}}
 	opts := api.Options{
 		Store:    st,
 		Executor: e.exec,

@@ -24,6 +24,7 @@ import (
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/testlog"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -114,24 +115,6 @@ func fixturePackage(t testing.TB, name string) string {
 	return "file:" + tgz
 }
 
-// syncBuffer collects the logs of the stack and its plugin.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // env is a local stack with sessions enabled behind an HTTP server on
 // 127.0.0.1, over tables of the test's own.
 type env struct {
@@ -140,7 +123,7 @@ type env struct {
 	srv   *httptest.Server
 	db    *ddblocal.TestEnv
 	st    *store.Store
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	dir   string
 	cfg   *config.Config
 }
@@ -200,7 +183,7 @@ enabled = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	st := store.New(ec.db.Client, ec.db.Prefix)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

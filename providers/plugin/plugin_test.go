@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
 	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"
@@ -53,25 +54,7 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// logBuffer collects the host's log output for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func testOptions(logs *logBuffer) plugin.Options {
+func testOptions(logs *testlog.Buffer) plugin.Options {
 	return plugin.Options{
 		Dir:    binDir,
 		Name:   "test",
@@ -121,7 +104,7 @@ func newSandbox(t *testing.T, p providers.Provider) string {
 }
 
 func TestRoundTripEveryMethod(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := testOptions(logs)
 	opts.Settings = []byte(`{"name":"roundtrip"}`)
 	opts.Defaults = providers.SandboxDefaults{Lifetime: time.Hour, ExecTimeout: time.Minute, MemoryMB: 512,
@@ -286,7 +269,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 }
 
 func TestErrorCodesCrossTheBoundary(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	c := start(t, testOptions(logs))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
@@ -341,7 +324,7 @@ func TestErrorCodesCrossTheBoundary(t *testing.T) {
 }
 
 func TestBadSettingsFailStartWithInvalidArgument(t *testing.T) {
-	opts := testOptions(&logBuffer{})
+	opts := testOptions(&testlog.Buffer{})
 	opts.Settings = []byte(`{"nmae":"typo"}`)
 	c, err := plugin.Start(context.Background(), opts)
 	if err == nil {
@@ -375,7 +358,7 @@ func (r *chunkRecorder) Write(p []byte) (int, error) {
 }
 
 func TestFiftyMegabyteFileRoundTrip(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	data := randomBytes(t, 50<<20)
@@ -396,7 +379,7 @@ func TestFiftyMegabyteFileRoundTrip(t *testing.T) {
 }
 
 func TestReadFileOffsetAndLimit(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	data := randomBytes(t, 3<<20+5)
@@ -457,7 +440,7 @@ func (r *failingReader) Read(p []byte) (int, error) {
 }
 
 func TestFailedUploadLeavesNoFile(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	boom := errors.New("disk read failed")
@@ -514,7 +497,7 @@ type execReturn struct {
 }
 
 func TestExecOutputStreamsWhileCommandRuns(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	stdinR, stdinW := io.Pipe()
@@ -545,7 +528,7 @@ func TestExecOutputStreamsWhileCommandRuns(t *testing.T) {
 }
 
 func TestExecStdinSeveralMegabytes(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	data := randomBytes(t, 6<<20+123)
@@ -563,7 +546,7 @@ func TestExecStdinSeveralMegabytes(t *testing.T) {
 }
 
 func TestExecEndsWithoutReadingStdin(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	// More input than any buffer on the way holds, never read by echo.
@@ -587,7 +570,7 @@ type failingWriter struct{ err error }
 func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 func TestExecOutputWriterFailureStopsCommand(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	id := newSandbox(t, c)
 	full := errors.New("disk full")
 	_, err := c.Exec(ctxFor(t), id, providers.ExecRequest{Argv: []string{"block"}, Stdout: failingWriter{full}})
@@ -600,7 +583,7 @@ func TestExecOutputWriterFailureStopsCommand(t *testing.T) {
 }
 
 func TestExecCancelMidway(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	id := newSandbox(t, c)
 	ctx, cancel := context.WithCancel(ctxFor(t))
 	out := newSignalWriter("started\n")
@@ -622,7 +605,7 @@ func TestExecCancelMidway(t *testing.T) {
 }
 
 func TestExecTimeoutIsAResult(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	id := newSandbox(t, c)
 	res, err := c.Exec(ctxFor(t), id, providers.ExecRequest{Argv: []string{"block"}, Timeout: 50 * time.Millisecond})
 	if err != nil || !res.TimedOut || res.Signal != "SIGKILL" || res.ExitCode != -1 {
@@ -640,7 +623,7 @@ func pidOf(t *testing.T, c providers.Provider, id string) int {
 }
 
 func TestRestartAfterPluginKilled(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := testOptions(logs)
 	opts.Settings = []byte(`{"name":"survivor"}`)
 	c := start(t, opts)
@@ -700,7 +683,7 @@ func TestRestartFailureIsClear(t *testing.T) {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	opts := testOptions(&logBuffer{})
+	opts := testOptions(&testlog.Buffer{})
 	opts.Dir = dir
 	c := start(t, opts)
 	id := newSandbox(t, c)
@@ -755,7 +738,7 @@ func TestWrongProtocolVersionIsRefused(t *testing.T) {
 func TestPluginDoesNotInheritHostEnvironment(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "host-aws-secret")
 	t.Setenv("AWS_ACCESS_KEY_ID", "host-aws-key-id")
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	opts := testOptions(logs)
 	opts.Env = append(opts.Env, "SANDSTEP_TEST_EXTRA=yes")
 	opts.Secrets = map[string]string{"api_key": "configure-secret-value"}
@@ -780,7 +763,7 @@ func TestPluginDoesNotInheritHostEnvironment(t *testing.T) {
 }
 
 func TestPluginLogsReachHostLogger(t *testing.T) {
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	c := start(t, testOptions(logs))
 	id := newSandbox(t, c)
 	execOut(t, c, id, "log", "hello-from-the-plugin")
@@ -804,7 +787,7 @@ func TestPluginLogsReachHostLogger(t *testing.T) {
 }
 
 func TestCallsAfterCloseFail(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -814,7 +797,7 @@ func TestCallsAfterCloseFail(t *testing.T) {
 }
 
 func TestCloseEndsAFrozenPlugin(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	id := newSandbox(t, c)
 	pid := pidOf(t, c, id)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -837,7 +820,7 @@ func TestCloseEndsAFrozenPlugin(t *testing.T) {
 }
 
 func TestConcurrentCalls(t *testing.T) {
-	c := start(t, testOptions(&logBuffer{}))
+	c := start(t, testOptions(&testlog.Buffer{}))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
 	var wg sync.WaitGroup
@@ -870,7 +853,7 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 func TestAutoMTLS(t *testing.T) {
-	opts := testOptions(&logBuffer{})
+	opts := testOptions(&testlog.Buffer{})
 	opts.AutoMTLS = true
 	c := start(t, opts)
 	if info, err := c.Info(ctxFor(t)); err != nil || info.Name != "test" {

@@ -10,12 +10,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/fakesandy"
+	"github.com/sandstep/sandstep/internal/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/sandy"
 )
@@ -114,24 +114,6 @@ func TestFatalErrors(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestAPIKeyNeverAppears runs requests that fail, are retried and are
 // refused, with the plugin logging at debug level and the fake echoing the
 // Authorization header it gets, and looks for the keys in every log line
@@ -144,7 +126,7 @@ func TestAPIKeyNeverAppears(t *testing.T) {
 		UpstreamErrorEvery: 3,
 		WarmupExecFailures: 2,
 	}})
-	var logs syncBuffer
+	var logs testlog.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	const wrongKey = "sk-wrong-0d9e8f7a6b5c4d3e"
 	good := startPlugin(t, settingsFor(f.URL, map[string]any{"max_retries": 3}), testKey, logger)
