@@ -363,8 +363,15 @@ func (r *run) collect(id string) (int, error) {
 		}
 		s, seed := byN[pg.N]
 		if pg.Parent != "" || !seed {
-			next++
-			s = store.Source{N: next, URL: pg.URL}
+			// A page found by following a link keeps the number it got
+			// when a retried Crawl stored it before.
+			u, err := urlnorm.Normalize(pg.URL)
+			if n, ok := byKey[urlnorm.Key(u)]; err == nil && ok {
+				s = byN[n]
+			} else {
+				next++
+				s = store.Source{N: next, URL: pg.URL}
+			}
 		}
 		s.Origin = store.OriginCrawl
 		s.Content = pg.Content
