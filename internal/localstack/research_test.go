@@ -420,3 +420,51 @@ func rateLimitedLLM(t *testing.T) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// The report is saved while the model streams it, so readers of the store
+// see it grow before the job ends.
+func TestReportGrowsWhileTheModelStreams(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	release := make(chan struct{})
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(text string) {
+			data, _ := json.Marshal(map[string]any{"model": "m", "choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": text}}}})
+			fmt.Fprintf(w, "data: %s\n\n", data)
+			w.(http.Flusher).Flush()
+		}
+		send("## Executive summary\n\nThe first half arrives [1]. ")
+		time.Sleep(1100 * time.Millisecond) // past the one-second save interval
+		send("More text. ")
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		send("The second half arrives.\n")
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(llm.Close)
+	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"m\"]\n", llm.URL)
+	s := newStackWith(t, stackOpts{config: cfg})
+	id := "job-grows"
+	if code, out := s.do(t, "POST", "/v1/jobs", map[string]any{"query": "growth", "job_id": id, "seed_urls": []string{site.Hosts[0].Page("/a")}}); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %v", code, out)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rep, err := s.st.GetReport(context.Background(), id)
+		if err == nil && !rep.Complete && strings.Contains(rep.Markdown, "The first half arrives") {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatalf("no partial report while the model streamed (last: %+v, %v)", rep, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(release)
+	s.wait(t, id)
+	if md := s.reportMarkdown(t, id); !strings.Contains(md, "The second half arrives") {
+		t.Errorf("final report lacks the end of the stream:\n%s", md)
+	}
+}
