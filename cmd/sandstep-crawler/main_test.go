@@ -134,7 +134,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("pages:\n got %q\nwant %q", got, want)
 	}
-	if len(out.Skipped) != 1 || out.Skipped[0].Reason != "content-type application/pdf" {
+	if len(out.Skipped) != 1 || out.Skipped[0].Reason != "unreadable" || out.Skipped[0].URL != alpha.Page(fixturesite.PathPDF) {
 		t.Errorf("skipped = %+v", out.Skipped)
 	}
 	if out.Stats.Pages != 7 || out.Stats.Mode != "http" || out.Stats.Stopped != crawler.StoppedDone {

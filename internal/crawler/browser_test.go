@@ -83,8 +83,8 @@ func TestRenderAlways(t *testing.T) {
 	if r := skipReason(out, alpha.Page(fixturesite.PathChallenge)); r != "challenge" {
 		t.Errorf("challenge: reason %q", r)
 	}
-	if r := skipReason(out, alpha.Page(fixturesite.PathRedirect)); r != "duplicate of "+alpha.Page("/a") {
-		t.Errorf("redirect to /a: reason %q", r)
+	if s, _ := skipOf(out, alpha.Page(fixturesite.PathRedirect)); s.Reason != "duplicate" || s.Message != "the same page as "+alpha.Page("/a") {
+		t.Errorf("redirect to /a: %+v", s)
 	}
 }
 

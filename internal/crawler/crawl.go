@@ -13,6 +13,7 @@
 package crawler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandstep/sandstep/internal/crawler/spec"
 )
 
 // maxBrowserTabs bounds concurrent renders whatever the concurrency: a tab is
@@ -30,7 +33,8 @@ const maxBrowserTabs = 3
 
 // skipExtensions are link targets that are not pages. Followed links to them
 // are not fetched, so they do not use up the page budget; a source with such
-// a URL is still fetched and skipped by its content type.
+// a URL is still fetched and skipped by its content type. PDFs are followed
+// when the sandbox can read them (see skipLink).
 var skipExtensions = map[string]bool{
 	".pdf": true, ".zip": true, ".gz": true, ".tgz": true, ".tar": true, ".7z": true, ".rar": true,
 	".jpg": true, ".jpeg": true, ".png": true, ".gif": true, ".webp": true, ".svg": true, ".ico": true,
@@ -51,7 +55,7 @@ type task struct {
 
 	started, done bool
 	page          *Page
-	skip          string
+	skip          why
 	links         []string
 	finalKey      string
 	finalHost     string
@@ -65,6 +69,7 @@ type crawl struct {
 	finals   map[string]int  // final-URL key -> index of the page that has it
 	perHost  map[string]int
 	overflow int // distinct URLs refused because max_pages was reached
+	readPDF  bool // the sandbox has a PDF extractor: PDF links are worth a fetch
 	skipped  []Skipped
 }
 
@@ -72,9 +77,19 @@ type crawl struct {
 type outcome struct {
 	i     int
 	page  *Page
-	skip  string
+	skip  why
 	links []string
 	final string // normalized final URL
+}
+
+// why is the reason a URL gave no page: a code of spec.Reasons and the
+// specifics. The zero value means it did give one.
+type why struct{ code, msg string }
+
+func (w why) skipped() bool { return w.code != "" }
+
+func skip(code, format string, args ...any) why {
+	return why{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
 // Crawl crawls from in.Sources within in.Limits and returns what it found.
@@ -137,15 +152,17 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 	}
 	defer v.client.CloseIdleConnections()
 
-	c := &crawl{in: in, seen: map[string]bool{}, finals: map[string]int{}, perHost: map[string]int{}}
+	v.pdf = findPDFReader()
+
+	c := &crawl{in: in, seen: map[string]bool{}, finals: map[string]int{}, perHost: map[string]int{}, readPDF: v.pdf.ok()}
 	for _, s := range in.Sources {
-		if reason := c.plan(s.URL, s.N, "", 1); reason != "" {
-			c.skipped = append(c.skipped, Skipped{URL: s.URL, Reason: reason})
+		if w := c.plan(s.URL, s.N, "", 1); w.skipped() {
+			c.skipped = append(c.skipped, Skipped{URL: s.URL, Reason: w.code, Message: w.msg})
 		} else {
 			c.tasks[len(c.tasks)-1].title = s.Title
 		}
 	}
-	report(Progress{Stage: StageCrawl, Status: StatusRunning, Total: c.total(), Message: fmt.Sprintf("Crawling %d sources", len(in.Sources))})
+	report(Progress{Stage: StageCrawl, Status: StatusRunning, Total: c.total(), Message: fmt.Sprintf("Crawling %d sources (%s)", len(in.Sources), v.pdf)})
 
 	results := make(chan outcome)
 	next, ordered, inflight, finished := 0, 0, 0, 0
@@ -177,8 +194,8 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 			ordered++
 		}
 		p := Progress{Stage: StageCrawl, Status: StatusRunning, Current: finished, Total: c.total(), URL: t.url}
-		if t.skip != "" {
-			p.Message = "skipped: " + t.skip
+		if t.skip.skipped() {
+			p.Message = "skipped (" + t.skip.code + "): " + t.skip.msg
 		}
 		report(p)
 	}
@@ -202,13 +219,13 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 		switch {
 		case t.page != nil:
 			out.Pages = append(out.Pages, *t.page)
-			if t.page.Mode == "browser" {
-				out.Stats.Mode = "browser"
+			if t.page.Mode == spec.ModeBrowser {
+				out.Stats.Mode = spec.ModeBrowser
 			}
-		case t.skip != "":
-			out.Skipped = append(out.Skipped, Skipped{URL: t.url, Reason: t.skip})
+		case t.skip.skipped():
+			out.Skipped = append(out.Skipped, Skipped{URL: t.url, Reason: t.skip.code, Message: t.skip.msg})
 		default:
-			out.Skipped = append(out.Skipped, Skipped{URL: t.url, Reason: "stopped (" + stopped + ") before it was fetched"})
+			out.Skipped = append(out.Skipped, Skipped{URL: t.url, Reason: spec.ReasonBudget, Message: "the crawl stopped (" + stopped + ") before it was fetched"})
 		}
 	}
 	if out.Skipped == nil {
@@ -229,28 +246,28 @@ func (c *crawl) total() int {
 
 // plan appends rawURL to the BFS order unless a limit or a duplicate refuses
 // it; it returns the reason of a refusal.
-func (c *crawl) plan(rawURL string, n int, parent string, depth int) string {
+func (c *crawl) plan(rawURL string, n int, parent string, depth int) why {
 	u, err := Normalize(rawURL)
 	if err != nil {
-		return "invalid url"
+		return skip(spec.ReasonInvalidURL, "%v", err)
 	}
 	key := Key(u)
 	if c.seen[key] {
-		return "duplicate"
+		return skip(spec.ReasonDuplicate, "already planned in this crawl")
 	}
 	host := hostOf(u)
 	if c.perHost[host] >= c.in.Limits.MaxPagesPerHost {
-		return "host limit"
+		return skip(spec.ReasonBudget, "host limit: %d pages per host", c.in.Limits.MaxPagesPerHost)
 	}
 	if len(c.tasks) >= c.in.Limits.MaxPages {
 		c.seen[key] = true
 		c.overflow++
-		return "page limit"
+		return skip(spec.ReasonBudget, "page limit: %d pages", c.in.Limits.MaxPages)
 	}
 	c.seen[key] = true
 	c.perHost[host]++
 	c.tasks = append(c.tasks, &task{url: u, key: key, n: n, parent: parent, depth: depth})
-	return ""
+	return why{}
 }
 
 // settle runs, in BFS order, what depends on the pages before task i: a page
@@ -262,7 +279,7 @@ func (c *crawl) settle(i int, follow bool) {
 		return
 	}
 	if first, dup := c.finals[t.finalKey]; dup {
-		t.skip = "duplicate of " + c.tasks[first].url
+		t.skip = skip(spec.ReasonDuplicate, "the same page as %s", c.tasks[first].url)
 		t.page = nil
 		return
 	}
@@ -277,13 +294,23 @@ func (c *crawl) settle(i int, follow bool) {
 			break
 		}
 		u, err := Normalize(link)
-		if err != nil || hostOf(u) != t.finalHost || skipExtensions[strings.ToLower(path.Ext(urlPath(u)))] {
+		if err != nil || hostOf(u) != t.finalHost || c.skipLink(u) {
 			continue
 		}
-		if c.plan(u, t.n, t.page.FinalURL, t.depth+1) == "" {
+		if !c.plan(u, t.n, t.page.FinalURL, t.depth+1).skipped() {
 			planned++
 		}
 	}
+}
+
+// skipLink tells whether a followed link names something that is not a
+// page the crawler can read.
+func (c *crawl) skipLink(u string) bool {
+	ext := strings.ToLower(path.Ext(urlPath(u)))
+	if ext == ".pdf" {
+		return !c.readPDF
+	}
+	return skipExtensions[ext]
 }
 
 func urlPath(u string) string {
@@ -300,6 +327,7 @@ type visitor struct {
 	in          Input
 	client      *http.Client
 	browser     *browser
+	pdf         pdfReader
 	pageTimeout time.Duration
 }
 
@@ -308,7 +336,7 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 	o := outcome{i: i}
 	pctx, cancel := context.WithTimeout(ctx, v.pageTimeout)
 	defer cancel()
-	resp, err := get(pctx, v.client, t.url, v.in.UserAgent, v.in.Limits.MaxPageBytes)
+	resp, err := get(pctx, v.client, t.url, v.in.UserAgent, v.in.Limits.MaxPageBytes, v.in.Limits.MaxPDFBytes)
 	if err != nil {
 		o.skip = v.reason(ctx, err)
 		return o
@@ -318,22 +346,25 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 		final = n
 	}
 	o.final = final
+	if resp.Status < 400 && (resp.PDF || mayBePDF(resp.ContentType, resp.FinalURL.Path)) {
+		return v.visitPDF(ctx, t, resp, o)
+	}
 	if !isHTML(resp.ContentType) && resp.Status < 400 {
-		o.skip = "content-type " + resp.ContentType
+		o.skip = skip(spec.ReasonContentType, "%s is not a document the crawler reads", cmp.Or(resp.ContentType, "an unknown type"))
 		return o
 	}
 	ex, err := extract(resp.Body, resp.FinalURL)
 	if err != nil {
-		o.skip = "error: " + err.Error()
+		o.skip = skip(spec.ReasonUnreadable, "%v", err)
 		return o
 	}
 	challenge := isChallenge(resp.Status, resp.Header, resp.Body, ex.Title, ex.Text)
 	if resp.Status >= 400 && !challenge {
-		o.skip = fmt.Sprintf("status %d", resp.Status)
+		o.skip = statusSkip(resp.Status)
 		return o
 	}
 
-	status, mode, truncated := resp.Status, "http", resp.Truncated
+	status, mode, truncated := resp.Status, spec.ModeHTTP, resp.Truncated
 	thin := utf8.RuneCountInString(ex.Text) < thinText
 	if v.browser != nil && (v.in.Render == RenderAlways || challenge || (thin && ex.HasScript)) {
 		// Rendering gets its own page timeout: the HTTP fetch may have used
@@ -349,7 +380,7 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 						rstatus = status
 					}
 					if !isChallenge(rstatus, nil, []byte(r.HTML), rex.Title, rex.Text) {
-						ex, status, mode, challenge, truncated = rex, rstatus, "browser", false, false
+						ex, status, mode, challenge, truncated = rex, rstatus, spec.ModeBrowser, false, false
 						if n, err := Normalize(r.FinalURL); err == nil {
 							o.final = n
 						}
@@ -362,15 +393,15 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 		}
 	}
 	if challenge {
-		o.skip = "challenge"
+		o.skip = skip(spec.ReasonChallenge, "an anti-bot challenge page (status %d), not the page itself", status)
 		return o
 	}
 	if status >= 400 {
-		o.skip = fmt.Sprintf("status %d", status)
+		o.skip = statusSkip(status)
 		return o
 	}
 	if ex.Text == "" {
-		o.skip = "no text"
+		o.skip = skip(spec.ReasonUnreadable, "the page has no text")
 		return o
 	}
 	if ex.Title == "" {
@@ -386,14 +417,18 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 	return o
 }
 
+func statusSkip(status int) why {
+	return skip(spec.ReasonHTTPStatus, "HTTP %d %s", status, http.StatusText(status))
+}
+
 // reason names a failed fetch; once the crawl itself is stopping, a failure
 // is the stop and not the page's fault.
-func (v *visitor) reason(crawlCtx context.Context, err error) string {
+func (v *visitor) reason(crawlCtx context.Context, err error) why {
 	if crawlCtx.Err() != nil {
-		return "stopped during fetch"
+		return skip(spec.ReasonBudget, "the crawl stopped during the fetch")
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return "timeout"
+		return skip(spec.ReasonTimeout, "no answer within %s", v.pageTimeout)
 	}
 	return fetchError(err)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandstep/sandstep/internal/crawler/spec"
 	"github.com/sandstep/sandstep/internal/fixturesite"
 )
 
@@ -49,12 +50,17 @@ func pageURLs(h *fixturesite.Host, paths ...string) []string {
 }
 
 func skipReason(out Output, url string) string {
+	s, _ := skipOf(out, url)
+	return s.Reason
+}
+
+func skipOf(out Output, url string) (Skipped, bool) {
 	for _, s := range out.Skipped {
 		if s.URL == url {
-			return s.Reason
+			return s, true
 		}
 	}
-	return ""
+	return Skipped{}, false
 }
 
 func TestBFSOrderAndParents(t *testing.T) {
@@ -185,8 +191,8 @@ func TestPerHostLimit(t *testing.T) {
 	if got := urls(out.Pages); !slices.Equal(got, want) {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
-	if r := skipReason(out, alpha.Page("/d")); r != "host limit" {
-		t.Errorf("source over the host limit: reason %q", r)
+	if s, _ := skipOf(out, alpha.Page("/d")); s.Reason != spec.ReasonBudget || s.Message != "host limit: 3 pages per host" {
+		t.Errorf("source over the host limit: %+v", s)
 	}
 }
 
@@ -225,8 +231,8 @@ func TestDurationLimitGivesPartialResults(t *testing.T) {
 	if len(out.Pages) == 0 || out.Pages[0].URL != alpha.Page("/") {
 		t.Fatalf("the fast page is missing from the partial results: %q", urls(out.Pages))
 	}
-	if r := skipReason(out, alpha.Page(fixturesite.PathSlow)); r != "stopped during fetch" {
-		t.Errorf("slow page: reason %q", r)
+	if s, _ := skipOf(out, alpha.Page(fixturesite.PathSlow)); s.Reason != spec.ReasonBudget || !strings.Contains(s.Message, "stopped") {
+		t.Errorf("slow page: %+v", s)
 	}
 	last := lines[len(lines)-1]
 	if last.Stage != StageCrawl || last.Status != StatusComplete || !strings.Contains(last.Message, "stopped: duration") {
@@ -264,7 +270,7 @@ func TestSpecialPages(t *testing.T) {
 	paths := []string{
 		fixturesite.PathLoop, fixturesite.PathPDF, fixturesite.PathChallenge, fixturesite.PathNotFound,
 		fixturesite.PathSlow, fixturesite.PathHuge, fixturesite.PathGzip, fixturesite.PathLatin1,
-		"/a", fixturesite.PathRedirect,
+		"/a", fixturesite.PathRedirect, fixturesite.PathBinary, fixturesite.PathImage,
 	}
 	var sources []Source
 	for i, p := range paths {
@@ -274,20 +280,31 @@ func TestSpecialPages(t *testing.T) {
 		Sources: sources,
 		Limits:  Limits{MaxPagesPerHost: 20, PageTimeoutMS: 4000, MaxPageBytes: 1 << 20, MaxCharsPerSource: 1 << 20},
 	})
-	wantSkipped := map[string]string{
-		fixturesite.PathPDF:       "content-type application/pdf",
-		fixturesite.PathChallenge: "challenge",
-		fixturesite.PathNotFound:  "status 404",
-		fixturesite.PathSlow:      "timeout",
-		fixturesite.PathRedirect:  "duplicate of " + alpha.Page("/a"),
+	wantSkipped := map[string]Skipped{
+		fixturesite.PathChallenge: {Reason: spec.ReasonChallenge, Message: "an anti-bot challenge page (status 503), not the page itself"},
+		fixturesite.PathNotFound:  {Reason: spec.ReasonHTTPStatus, Message: "HTTP 404 Not Found"},
+		fixturesite.PathSlow:      {Reason: spec.ReasonTimeout, Message: "no answer within 4s"},
+		fixturesite.PathRedirect:  {Reason: spec.ReasonDuplicate, Message: "the same page as " + alpha.Page("/a")},
+		fixturesite.PathBinary:    {Reason: spec.ReasonContentType, Message: "application/octet-stream is not a document the crawler reads"},
+		fixturesite.PathImage:     {Reason: spec.ReasonContentType, Message: "image/png is not a document the crawler reads"},
 	}
 	for p, want := range wantSkipped {
-		if got := skipReason(out, alpha.Page(p)); got != want {
-			t.Errorf("%s: reason %q, want %q", p, got, want)
+		want.URL = alpha.Page(p)
+		if got, _ := skipOf(out, alpha.Page(p)); got != want {
+			t.Errorf("%s: skipped %+v, want %+v", p, got, want)
 		}
 	}
-	if r := skipReason(out, alpha.Page(fixturesite.PathLoop)); !strings.HasPrefix(r, "redirect loop: ") || !strings.Contains(r, "/loop/b") {
-		t.Errorf("redirect loop: reason %q", r)
+	// The empty PDF has no text whether or not pdftotext is there.
+	if s, _ := skipOf(out, alpha.Page(fixturesite.PathPDF)); s.Reason != spec.ReasonUnreadable {
+		t.Errorf("empty PDF: %+v", s)
+	}
+	if s, _ := skipOf(out, alpha.Page(fixturesite.PathLoop)); s.Reason != spec.ReasonRedirectLoop || !strings.HasPrefix(s.Message, "redirect loop: ") || !strings.Contains(s.Message, "/loop/b") {
+		t.Errorf("redirect loop: %+v", s)
+	}
+	for _, sk := range out.Skipped {
+		if !spec.KnownReason(sk.Reason) {
+			t.Errorf("%s: reason %q is not one of spec.Reasons", sk.URL, sk.Reason)
+		}
 	}
 	pages := map[string]Page{}
 	for _, p := range out.Pages {
@@ -340,12 +357,16 @@ func TestBadSources(t *testing.T) {
 	if got := urls(out.Pages); !slices.Equal(got, pageURLs(alpha, "/a")) {
 		t.Errorf("pages %q", got)
 	}
-	want := []Skipped{
-		{URL: "ftp://example.invalid/file", Reason: "invalid url"},
-		{URL: alpha.Page("/a/") + "#section", Reason: "duplicate"},
-		{URL: "not a url", Reason: "invalid url"},
+	var got []string
+	for _, s := range out.Skipped {
+		got = append(got, s.URL+" "+s.Reason)
 	}
-	if !slices.Equal(out.Skipped, want) {
+	want := []string{
+		"ftp://example.invalid/file invalid_url",
+		alpha.Page("/a/") + "#section duplicate",
+		"not a url invalid_url",
+	}
+	if !slices.Equal(got, want) {
 		t.Errorf("skipped = %+v\nwant %+v", out.Skipped, want)
 	}
 }

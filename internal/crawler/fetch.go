@@ -1,6 +1,7 @@
 package crawler
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 
 	"golang.org/x/net/html/charset"
 	"golang.org/x/text/transform"
+
+	"github.com/sandstep/sandstep/internal/crawler/spec"
 )
 
 // maxRedirects bounds a redirect chain, as browsers do (Chrome stops at 20).
@@ -39,7 +42,8 @@ type response struct {
 	Header      http.Header
 	ContentType string // media type without parameters
 	Body        []byte // decoded to UTF-8 for HTML
-	Truncated   bool   // the body was longer than max_page_bytes
+	Truncated   bool   // the body was longer than max_page_bytes (max_pdf_bytes for a PDF)
+	PDF         bool   // the body is a PDF document (by its first bytes)
 }
 
 func newClient(concurrency int, pageTimeout time.Duration) *http.Client {
@@ -86,14 +90,15 @@ func isHTML(mediaType string) bool {
 const errorBodyLimit = 64 << 10
 
 // get fetches rawURL. The body of an HTML answer is read up to maxBytes and
-// decoded to UTF-8; the body of any other type is not read at all.
-func get(ctx context.Context, client *http.Client, rawURL, userAgent string, maxBytes int) (*response, error) {
+// decoded to UTF-8; that of a PDF (see mayBePDF) up to maxPDF bytes; the body
+// of any other type is not read at all.
+func get(ctx context.Context, client *http.Client, rawURL, userAgent string, maxBytes, maxPDF int) (*response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new request: %w", err)
 	}
 	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.5")
+	req.Header.Set("Accept", "text/html,application/xhtml+xml;q=0.9,application/pdf;q=0.8,*/*;q=0.5")
 	req.Header.Set("Accept-Language", "en;q=0.9,*;q=0.5")
 	resp, err := client.Do(req)
 	if err != nil {
@@ -110,7 +115,10 @@ func get(ctx context.Context, client *http.Client, rawURL, userAgent string, max
 	if resp.StatusCode >= 400 {
 		limit = min(limit, errorBodyLimit)
 	}
-	if r.ContentType != "" && !isHTML(r.ContentType) && resp.StatusCode < 400 {
+	pdf := resp.StatusCode < 400 && mayBePDF(r.ContentType, resp.Request.URL.Path)
+	if pdf {
+		limit = maxPDF
+	} else if r.ContentType != "" && !isHTML(r.ContentType) && resp.StatusCode < 400 {
 		return r, nil
 	}
 	// Reading one byte past the limit tells a body that is exactly the
@@ -121,6 +129,13 @@ func get(ctx context.Context, client *http.Client, rawURL, userAgent string, max
 	}
 	if len(raw) > limit {
 		raw, r.Truncated = raw[:limit], true
+	}
+	if pdf {
+		// The type a server names is often wrong for downloads; the
+		// first bytes are not.
+		r.PDF = bytes.HasPrefix(bytes.TrimLeft(raw[:min(len(raw), 1024)], "\x00\t\n\r "), []byte("%PDF-"))
+		r.Body = raw
+		return r, nil
 	}
 	if r.ContentType == "" {
 		r.ContentType, _, _ = strings.Cut(http.DetectContentType(raw), ";")
@@ -147,23 +162,36 @@ func toUTF8(raw []byte, contentType string) []byte {
 	return out
 }
 
+// mayBePDF tells whether a successful answer may be a PDF and its body is
+// worth reading to find out: it says so, or it is an unnamed download whose
+// address ends in .pdf.
+func mayBePDF(mediaType, urlPath string) bool {
+	switch mediaType {
+	case "application/pdf", "application/x-pdf", "application/acrobat":
+		return true
+	case "", "application/octet-stream", "binary/octet-stream", "application/download", "application/force-download":
+		return strings.HasSuffix(strings.ToLower(urlPath), ".pdf")
+	}
+	return false
+}
+
 // fetchError turns a failed fetch into the reason recorded in skipped.
-func fetchError(err error) string {
+func fetchError(err error) why {
 	var re *RedirectError
 	switch {
 	case errors.As(err, &re):
-		return re.Error()
+		return why{code: spec.ReasonRedirectLoop, msg: re.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		return skip(spec.ReasonTimeout, "no answer in time")
 	case errors.Is(err, context.Canceled):
-		return "stopped"
+		return skip(spec.ReasonBudget, "the crawl stopped during the fetch")
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		if ue.Timeout() {
-			return "timeout"
+			return skip(spec.ReasonTimeout, "no answer in time")
 		}
-		return "error: " + ue.Err.Error()
+		return why{code: spec.ReasonFetchError, msg: ue.Err.Error()}
 	}
-	return "error: " + err.Error()
+	return why{code: spec.ReasonFetchError, msg: err.Error()}
 }

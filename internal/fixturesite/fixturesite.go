@@ -2,8 +2,10 @@
 // 127.0.0.1, each its own host (distinct ports), with the same layout of
 // linked articles several levels deep, a link to the next site, and pages
 // that exercise the crawler's edge cases (slow, huge, redirect loop, PDF,
-// anti-bot challenge, JavaScript-only, gzip, latin-1). It counts the requests
-// of every path so that tests can assert what was fetched.
+// anti-bot challenge, JavaScript-only, gzip, latin-1, a binary download), and
+// two documents with facts of their own (a survey page and a PDF paper) for
+// citation checks. It counts the requests of every path so that tests can
+// assert what was fetched.
 package fixturesite
 
 import (
@@ -26,14 +28,48 @@ const (
 	PathHuge      = "/huge"         // an article of Options.HugeBytes bytes
 	PathLoop      = "/loop/a"       // redirects to /loop/b, which redirects back
 	PathRedirect  = "/moved"        // redirects permanently to /a
-	PathPDF       = "/report.pdf"   // application/pdf
+	PathPDF       = "/report.pdf"   // application/pdf, a valid PDF with no pages and so no text
 	PathChallenge = "/challenge"    // a Cloudflare "Just a moment..." interstitial, status 503
 	PathJS        = "/app"          // text that only a script puts in the page
 	PathGzip      = "/gzip"         // an article sent gzip-compressed
 	PathLatin1    = "/latin1"       // an article in ISO-8859-1
 	PathImage     = "/pixel.png"    // an image that PathJS shows; a browser that blocks images never asks for it
 	PathNotFound  = "/no-such-page" // any unknown path is a 404
+	PathStudy     = "/study"        // an article of StudySentences
+	PathPaper     = "/paper.pdf"    // a PDF of PaperPages, titled PaperTitle
+	PathBinary    = "/download.bin" // application/octet-stream bytes
 )
+
+// The survey article: facts with numbers that no other page has.
+const StudyTitle = "Kestrel nest survey on the northern ridge"
+
+var StudySentences = []string{
+	"The ridge survey recorded 214 kestrel nests between 2019 and 2021.",
+	"Of those nests, 61 percent fledged at least one chick.",
+	"Nest boxes facing east were occupied about a week earlier than boxes facing west.",
+	"Rainfall in May was the strongest predictor of late clutches.",
+	"Volunteers checked every box twice a month from March to July.",
+	"The survey team recommends replacing wooden boxes after eight seasons.",
+}
+
+// The PDF paper: three pages on another subject than the survey.
+const PaperTitle = "Falcon migration telemetry report"
+
+var PaperPages = [][]string{
+	{
+		"Falcon migration telemetry report.",
+		"Satellite tags were fitted to 38 peregrine falcons in the spring of 2020.",
+		"The tagged falcons travelled a median distance of 4,200 kilometres to their wintering grounds.",
+	},
+	{
+		"Most tagged birds crossed the Mediterranean Sea within two days.",
+		"Juvenile falcons left the breeding cliffs eleven days later than the adults.",
+	},
+	{
+		"Battery failures ended the tracking of five birds before the spring return.",
+		"The authors call for lighter tags with solar charging.",
+	},
+}
 
 // Layout is the article tree of every host: each page's same-host links in
 // document order (navigation first, then the article's links, then the
@@ -206,6 +242,15 @@ func (s *Site) handler(h *Host) http.Handler {
 		case p == PathPDF:
 			w.Header().Set("Content-Type", "application/pdf")
 			_, _ = io.WriteString(w, minimalPDF)
+		case p == PathPaper:
+			w.Header().Set("Content-Type", "application/pdf")
+			_, _ = w.Write(paperPDF)
+		case p == PathStudy:
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, page(StudyTitle, "How the kestrels of the northern ridge nested.", "<p>"+html.EscapeString(strings.Join(StudySentences[:3], " "))+"</p><p>"+html.EscapeString(strings.Join(StudySentences[3:], " "))+"</p>"))
+		case p == PathBinary:
+			w.Header().Set("Content-Type", "application/octet-stream")
+			_, _ = w.Write(binaryBlob)
 		case p == PathChallenge:
 			w.Header().Set("Content-Type", "text/html; charset=UTF-8")
 			w.Header().Set("Server", "cloudflare")
@@ -348,6 +393,17 @@ func toLatin1(s string) []byte {
 	}
 	return b
 }
+
+var paperPDF = PDF(PaperTitle, PaperPages)
+
+// binaryBlob is a download that is no document: bytes of every value.
+var binaryBlob = func() []byte {
+	b := make([]byte, 4096)
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	return b
+}()
 
 // pixelPNG is a 1x1 transparent PNG.
 const pixelPNG = "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89\x00\x00\x00\rIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"

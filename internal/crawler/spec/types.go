@@ -22,8 +22,9 @@ type Source struct {
 // Limits bound one crawl. A zero field takes the default of DefaultLimits.
 //
 // The page limits count URLs fetched, skipped ones included: a fetch costs
-// its time whatever it brings. Followed links to obvious non-pages (.pdf,
-// images, archives) are not fetched and so do not count.
+// its time whatever it brings. Followed links to obvious non-pages (images,
+// archives; PDFs too when the sandbox has no PDF extractor) are not fetched
+// and so do not count.
 type Limits struct {
 	MaxPages          int `json:"max_pages,omitempty"`
 	MaxDepth          int `json:"max_depth,omitempty"`          // 1 = the sources only, 2 = one level of links
@@ -34,6 +35,9 @@ type Limits struct {
 	Concurrency       int `json:"concurrency,omitempty"`
 	PageTimeoutMS     int `json:"page_timeout_ms,omitempty"` // per fetch; a render gets its own
 	MaxPageBytes      int `json:"max_page_bytes,omitempty"`
+	// MaxPDFBytes bounds a PDF download: a PDF cut short cannot be read
+	// (its index is at the end), and papers are larger than pages.
+	MaxPDFBytes int `json:"max_pdf_bytes,omitempty"`
 }
 
 // DefaultLimits are chutes-search's light mode (22 pages, seed pages only, 12
@@ -48,6 +52,7 @@ var DefaultLimits = Limits{
 	Concurrency:       6,
 	PageTimeoutMS:     15000,
 	MaxPageBytes:      5 << 20,
+	MaxPDFBytes:       20 << 20,
 }
 
 // Render modes. In RenderAuto a page is fetched over HTTP first and rendered
@@ -104,6 +109,7 @@ func (in Input) WithDefaults() (Input, error) {
 		{"concurrency", &l.Concurrency, DefaultLimits.Concurrency},
 		{"page_timeout_ms", &l.PageTimeoutMS, DefaultLimits.PageTimeoutMS},
 		{"max_page_bytes", &l.MaxPageBytes, DefaultLimits.MaxPageBytes},
+		{"max_pdf_bytes", &l.MaxPDFBytes, DefaultLimits.MaxPDFBytes},
 	} {
 		if *f.v < 0 {
 			return Input{}, fmt.Errorf("%w: %s is negative (%d)", ErrInput, f.name, *f.v)
@@ -136,14 +142,25 @@ type Page struct {
 	Content     string `json:"content"`
 	Depth       int    `json:"depth"`
 	Status      int    `json:"status"`
-	Mode        string `json:"mode"` // "http" or "browser"
-	Truncated   bool   `json:"truncated"`
+	Mode        string `json:"mode"` // ModeHTTP, ModeBrowser or ModePDF
+	// Pages is the page count of a PDF; 0 for a web page.
+	Pages     int  `json:"pages,omitempty"`
+	Truncated bool `json:"truncated"`
 }
 
-// Skipped is a URL that was planned but gave no page, and why.
+// How a page's text was read.
+const (
+	ModeHTTP    = "http"    // the HTML as the server sent it
+	ModeBrowser = "browser" // the HTML after headless Chromium ran the page's scripts
+	ModePDF     = "pdf"     // a PDF's text, extracted with pdftotext
+)
+
+// Skipped is a URL that was planned but gave no page: Reason is one of
+// Reasons, Message the specifics.
 type Skipped struct {
-	URL    string `json:"url"`
-	Reason string `json:"reason"`
+	URL     string `json:"url"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
 }
 
 // Why a crawl stopped.
