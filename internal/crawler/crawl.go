@@ -68,7 +68,7 @@ type crawl struct {
 	seen     map[string]bool // keys of URLs planned or refused for good
 	finals   map[string]int  // final-URL key -> index of the page that has it
 	perHost  map[string]int
-	overflow int // distinct URLs refused because max_pages was reached
+	overflow int  // distinct URLs refused because max_pages was reached
 	readPDF  bool // the sandbox has a PDF extractor: PDF links are worth a fetch
 	skipped  []Skipped
 }
