@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what sandstep needs on this machine, idempotently: Debian packages
-# (bubblewrap, Chromium, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
+# (bubblewrap, Chromium, poppler-utils, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
 # as root, and the npm packages pinned in package-lock.json. A second run does
 # nothing. A package that cannot be installed is an error, never a silent skip.
 set -euo pipefail
@@ -11,6 +11,9 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # Headless Chromium for the crawler's browser mode (rendering pages that need
 # JavaScript); the local provider's sandboxes see it through /usr.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# pdftotext and pdfinfo, with which the crawler reads PDFs inside the sandbox
+# (local sandboxes see them through /usr too).
+command -v pdftotext >/dev/null 2>&1 || need_apt+=(poppler-utils)
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
   need_apt+=(openjdk-17-jre-headless)

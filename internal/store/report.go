@@ -19,7 +19,12 @@ type Report struct {
 	Markdown string
 	// Complete is set once the writer says the report is finished; until
 	// then it may still grow (AppendReport while a model streams).
-	Complete  bool
+	Complete bool
+	// Details is what the writer says about the report beside its text
+	// (for deep research: the sources it was written from, those not
+	// used, the citation check), as JSON the store does not read. It is
+	// written with the head, so it always belongs to this Markdown.
+	Details   []byte
 	Bytes     int
 	Parts     int
 	UpdatedAt time.Time
@@ -35,6 +40,9 @@ const (
 	// MaxReportAppendBytes bounds one AppendReport chunk: its parts and the
 	// head travel in one transaction (4 MB at most).
 	MaxReportAppendBytes = 3 << 20
+	// MaxReportDetailsBytes bounds Details: it lives in the head item,
+	// which DynamoDB caps at 400 KB.
+	MaxReportDetailsBytes = 300 << 10
 	skReport             = "REPORT"
 	maxReportTries       = 20
 )
@@ -63,6 +71,7 @@ type reportHead struct {
 	parts    int
 	bytes    int
 	complete bool
+	details  []byte
 	updated  time.Time
 }
 
@@ -82,6 +91,7 @@ func (s *Store) reportHead(ctx context.Context, jobID string) (reportHead, error
 		parts:    int(getN(out.Item, "parts")),
 		bytes:    int(getN(out.Item, "bytes")),
 		complete: getBool(out.Item, "complete"),
+		details:  bytesOrNil(getS(out.Item, "details")),
 		updated:  getTime(out.Item, "updated_at"),
 	}, nil
 }
@@ -126,11 +136,21 @@ func headCondition(h reportHead) (string, map[string]types.AttributeValue) {
 // one, and marks it complete or not. Readers see the old report until the
 // new one is entirely written.
 func (s *Store) PutReport(ctx context.Context, jobID, markdown string, complete bool) error {
+	return s.WriteReport(ctx, jobID, Report{Markdown: markdown, Complete: complete})
+}
+
+// WriteReport is PutReport with the report's details (rep.Details); the
+// other fields of rep beside Markdown and Complete are ignored.
+func (s *Store) WriteReport(ctx context.Context, jobID string, rep Report) error {
 	if err := checkID("job id", jobID); err != nil {
 		return err
 	}
+	markdown, complete := rep.Markdown, rep.Complete
 	if len(markdown) > MaxReportBytes {
 		return fmt.Errorf("job %s: report is %d bytes, limit %d: %w", jobID, len(markdown), MaxReportBytes, ErrTooLarge)
+	}
+	if len(rep.Details) > MaxReportDetailsBytes {
+		return fmt.Errorf("job %s: report details are %d bytes, limit %d: %w", jobID, len(rep.Details), MaxReportDetailsBytes, ErrTooLarge)
 	}
 	now := s.now()
 	rev := newRev(now)
@@ -164,6 +184,9 @@ func (s *Store) PutReport(ctx context.Context, jobID, markdown string, complete 
 		head["complete"] = avBool(complete)
 		head["updated_at"] = avTime(now)
 		head["expires_at"] = s.expiry(now)
+		if len(rep.Details) > 0 {
+			head["details"] = avS(string(rep.Details))
+		}
 		_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: &s.jobs, Item: head,
 			ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
@@ -282,8 +305,15 @@ func (s *Store) GetReport(ctx context.Context, jobID string) (Report, error) {
 			b.WriteString(getS(it, "text"))
 		}
 		return Report{
-			Markdown: b.String(), Complete: h.complete, Bytes: h.bytes, Parts: h.parts, UpdatedAt: h.updated,
+			Markdown: b.String(), Complete: h.complete, Details: h.details, Bytes: h.bytes, Parts: h.parts, UpdatedAt: h.updated,
 		}, nil
 	}
 	return Report{}, fmt.Errorf("read report of job %s: it kept changing while being read: %w", jobID, ErrConflict)
+}
+
+func bytesOrNil(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }

@@ -145,3 +145,67 @@ func TestSources(t *testing.T) {
 		t.Fatalf("source 0: %v, want ErrInvalid", err)
 	}
 }
+
+func TestCrawledSourceDescription(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	newJob(t, s, "j")
+	want := store.Source{N: 1, URL: "https://example.org/p.pdf", FinalURL: "https://cdn.example.org/p.pdf", Title: "Paper",
+		Content: "text", Origin: store.OriginCrawl, Mode: "pdf", Pages: 12}
+	if err := s.PutSources(ctx, "j", []store.Source{want}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ListSources(ctx, "j")
+	if err != nil || len(got) != 1 || got[0] != want {
+		t.Fatalf("sources = %+v, %v; want %+v", got, err, want)
+	}
+}
+
+func TestSkips(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	newJob(t, s, "j")
+	skips := []store.Skip{
+		{URL: "https://example.org/c", Reason: "challenge", Message: "an anti-bot challenge page", N: 3},
+		{URL: "https://example.org/loop", Reason: "redirect_loop", Message: "redirect loop: a -> b -> a"},
+	}
+	// Stored twice, as a retried phase would: the same items.
+	for range 2 {
+		if err := s.PutSkips(ctx, "j", skips); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ListSkips(ctx, "j")
+	if err != nil || len(got) != 2 || got[0] != skips[0] || got[1] != skips[1] {
+		t.Fatalf("skips = %+v, %v", got, err)
+	}
+	// Skips are not sources.
+	if srcs, err := s.ListSources(ctx, "j"); err != nil || len(srcs) != 0 {
+		t.Fatalf("sources = %+v, %v", srcs, err)
+	}
+}
+
+func TestReportDetails(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	newJob(t, s, "j")
+	details := []byte(`{"citations":{"total":2}}`)
+	if err := s.WriteReport(ctx, "j", store.Report{Markdown: "# R", Complete: true, Details: details}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.GetReport(ctx, "j")
+	if err != nil || string(rep.Details) != string(details) || rep.Markdown != "# R" || !rep.Complete {
+		t.Fatalf("report = %+v, %v", rep, err)
+	}
+	// A replacement without details has none: they belong to the text.
+	if err := s.PutReport(ctx, "j", "# R2", true); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = s.GetReport(ctx, "j"); err != nil || rep.Details != nil || rep.Markdown != "# R2" {
+		t.Fatalf("replaced report = %+v, %v", rep, err)
+	}
+	big := []byte(`"` + strings.Repeat("x", store.MaxReportDetailsBytes) + `"`)
+	if err := s.WriteReport(ctx, "j", store.Report{Markdown: "# R3", Complete: true, Details: big}); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("oversized details: %v, want ErrTooLarge", err)
+	}
+}

@@ -30,6 +30,12 @@ type Source struct {
 	Origin  Origin
 	// Truncated is set when Content (or another field) was cut to fit.
 	Truncated bool
+	// FinalURL, Mode and Pages describe a crawled page: where its
+	// redirects ended, how its text was read ("http", "browser", "pdf")
+	// and, for a PDF, its page count.
+	FinalURL string
+	Mode     string
+	Pages    int
 }
 
 // Caps on a source's fields; longer values are cut and Truncated set.
@@ -42,12 +48,15 @@ const (
 
 const skSourcePrefix = "SOURCE#"
 
-func sourceSK(n int) string {
+func sourceSK(n int) string { return sourceSKWith(skSourcePrefix, n) }
+
+// sourceSKWith is prefix and n padded to six digits, so that items sort by n.
+func sourceSKWith(prefix string, n int) string {
 	s := strconv.Itoa(n)
 	if len(s) < 6 {
 		s = strings.Repeat("0", 6-len(s)) + s
 	}
-	return skSourcePrefix + s
+	return prefix + s
 }
 
 // PutSources writes sources under their numbers, replacing any earlier
@@ -82,7 +91,11 @@ func (s *Store) PutSources(ctx context.Context, jobID string, sources []Source) 
 			"origin":     avS(string(src.Origin)),
 			"expires_at": s.expiry(now),
 		}
-		for k, v := range map[string]string{"title": src.Title, "snippet": src.Snippet, "content": src.Content} {
+		src.FinalURL, _ = capField(src.FinalURL, MaxSourceURLBytes)
+		if src.Pages > 0 {
+			item["pages"] = avN(int64(src.Pages))
+		}
+		for k, v := range map[string]string{"title": src.Title, "snippet": src.Snippet, "content": src.Content, "final_url": src.FinalURL, "mode": src.Mode} {
 			if v != "" {
 				item[k] = avS(v)
 			}
@@ -114,6 +127,9 @@ func (s *Store) ListSources(ctx context.Context, jobID string) ([]Source, error)
 			Content:   getS(it, "content"),
 			Origin:    Origin(getS(it, "origin")),
 			Truncated: getBool(it, "truncated"),
+			FinalURL:  getS(it, "final_url"),
+			Mode:      getS(it, "mode"),
+			Pages:     int(getN(it, "pages")),
 		})
 	}
 	return out, nil
