@@ -13,6 +13,9 @@ import (
 // included (Wikipedia addresses have them).
 var citeGroup = regexp.MustCompile(`\[\s*\d{1,9}(?:\s*[-–—]\s*\d{1,9})?(?:\s*[,;]\s*\d{1,9}(?:\s*[-–—]\s*\d{1,9})?)*\s*\](?:\((?:[^()\s]|\([^()\s]*\))*\))?`)
 
+// citeAtStart is citeGroup at the start of a text.
+var citeAtStart = regexp.MustCompile(`^(?:` + citeGroup.String() + `)`)
+
 var (
 	citeItem = regexp.MustCompile(`(\d+)(?:\s*[-–—]\s*(\d+))?`)
 	// refDefinition is a Markdown link reference definition named by a

@@ -87,7 +87,7 @@ func TestCited(t *testing.T) {
 }
 
 func BenchmarkFixCitations(b *testing.B) {
-	md := report.Extractive("Are solid-state batteries better than lithium-ion?", corpus)
+	md := full("Are solid-state batteries better than lithium-ion?", corpus)
 	for range 5 {
 		md += md
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -11,15 +12,15 @@ import (
 	"github.com/sandstep/sandstep/internal/store"
 )
 
-// Extractive builds the report without a model, from the sources' own
-// sentences: each is scored against the query's words (more distinct
-// words, then more mentions, then earlier in its page) and quoted with
-// the number of its source. It has the sections of a model-written report
-// and the same sources list; it cites only the numbers of sources.
-func Extractive(query string, sources []store.Source) string {
+// Extractive writes the report's body without a model, from the given
+// sources' own sentences: each is scored against the query's words (more
+// distinct words, then more mentions, then earlier in its page) and quoted
+// with the number of its source. It has the sections of a model-written
+// report and cites only the numbers of the given sources; Finish adds the
+// rest.
+func Extractive(query string, given []Given) string {
 	var b strings.Builder
-	b.WriteString(title(query))
-	ex := newExtraction(query, sources)
+	ex := newExtraction(query, given)
 
 	// Sections take their sentences in this order, so that the narrow ones
 	// (trade-offs, open questions) are not used up as findings first.
@@ -42,12 +43,12 @@ func Extractive(query string, sources []store.Source) string {
 
 	b.WriteString("## " + HeadingSummary + "\n\n")
 	switch {
-	case len(sources) == 0:
+	case len(given) == 0:
 		b.WriteString("No sources were collected for this question, so this report has no findings. Search again with other backends or give seed URLs.\n\n")
 	case len(summary) == 0:
-		fmt.Fprintf(&b, "No readable text on this question was found in %s. The report lists them below.\n\n", countSources(len(sources)))
+		fmt.Fprintf(&b, "No readable text on this question was found in %s. The report lists them below.\n\n", countSources(len(given)))
 	default:
-		summary = append(summary, fmt.Sprintf("The report quotes %s without a language model.", countSources(len(sources))))
+		summary = append(summary, fmt.Sprintf("The report quotes %s without a language model.", countSources(len(given))))
 		b.WriteString(escapeLeading(strings.Join(summary, " ")) + "\n\n")
 	}
 
@@ -74,7 +75,7 @@ func Extractive(query string, sources []store.Source) string {
 			texts[i] = escapeInline(s.text)
 		}
 		texts[len(texts)-1] = cite(texts[len(texts)-1], sn.src.N)
-		fmt.Fprintf(&b, "**%s**: %s\n\n", escapeInline(displayTitle(sn.src)), strings.Join(texts, " "))
+		fmt.Fprintf(&b, "**%s**: %s\n\n", escapeInline(displayTitle(sn.src.Title, sn.src.URL)), strings.Join(texts, " "))
 		evidence++
 	}
 	if evidence == 0 {
@@ -98,22 +99,22 @@ func Extractive(query string, sources []store.Source) string {
 		}
 		b.WriteString("\n")
 	}
+	// Said without [n]: a citation would be checked as a claim of the
+	// source.
 	var unread []string
-	for _, s := range sources {
-		if strings.TrimSpace(s.Content) == "" {
-			unread = append(unread, fmt.Sprintf("[%d]", s.N))
+	for _, g := range given {
+		if g.Mode() == ModeSnippet {
+			unread = append(unread, strconv.Itoa(g.Source.N))
 		}
 	}
 	switch {
-	case len(sources) == 0:
-	case len(unread) == len(sources):
+	case len(given) == 0:
+	case len(unread) == len(given):
 		b.WriteString("Only search results were collected, not the pages themselves; reading the pages would give fuller evidence. ")
 	case len(unread) > 0:
-		fmt.Fprintf(&b, "The pages of %s could not be read; only their search results were collected. ", strings.Join(unread, ", "))
+		fmt.Fprintf(&b, "The pages of sources %s could not be read; only their search results were collected. ", strings.Join(unread, ", "))
 	}
-	b.WriteString("This report was extracted without a language model: check the cited pages before relying on it.\n\n")
-
-	b.WriteString(SourcesList(sources))
+	b.WriteString("This report was extracted without a language model: check the cited pages before relying on it.\n")
 	return b.String()
 }
 
@@ -154,14 +155,15 @@ type extraction struct {
 // gist.
 const maxSentences = 400
 
-func newExtraction(query string, sources []store.Source) *extraction {
+func newExtraction(query string, given []Given) *extraction {
 	terms := queryTerms(query)
 	ex := &extraction{}
 	seen := map[string]bool{} // the same sentence quoted by several pages counts once
-	for _, src := range sources {
-		snippetOnly := strings.TrimSpace(src.Content) == ""
+	for _, g := range given {
+		src := g.Source
+		snippetOnly := g.Mode() == ModeSnippet
 		sn := &sourceNotes{src: src}
-		for idx, t := range sentences(cleanText(sourceText(src))) {
+		for idx, t := range sentences(g.Text) {
 			if idx == maxSentences {
 				break
 			}

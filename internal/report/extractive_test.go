@@ -1,6 +1,7 @@
 package report_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -33,7 +34,7 @@ Home | About | Contact`},
 	{N: 5, URL: "https://empty.example/", Title: "", Origin: store.OriginSearch},
 }
 
-var headings = []string{"## Executive summary", "## Key findings", "## Evidence and context", "## Implications and trade-offs", "## Open questions and next steps", "## Sources"}
+var headings = []string{"## Executive summary", "## Key findings", "## Evidence and context", "## Implications and trade-offs", "## Open questions and next steps", "## Citation check", "## Sources"}
 
 // sections splits a report at its level-2 headings.
 func sections(t *testing.T, md string) map[string]string {
@@ -58,6 +59,14 @@ func sections(t *testing.T, md string) map[string]string {
 	return out
 }
 
+// full builds the whole report from sources without a model, as the Report
+// phase does.
+func full(query string, sources []store.Source) string {
+	given := report.Select(sources, report.PromptOptions{})
+	body := report.Extractive(query, given)
+	return report.Finish(context.Background(), query, body, given, report.Unused(sources, nil, given), report.FinishOptions{}).Markdown
+}
+
 func validOf(sources []store.Source) map[int]bool {
 	v := map[int]bool{}
 	for _, s := range sources {
@@ -67,7 +76,7 @@ func validOf(sources []store.Source) map[int]bool {
 }
 
 func TestExtractiveSectionsAndCitations(t *testing.T) {
-	md := report.Extractive("Are solid-state batteries better than lithium-ion?", corpus)
+	md := full("Are solid-state batteries better than lithium-ion?", corpus)
 	if !strings.HasPrefix(md, "# Are solid-state batteries better than lithium-ion?\n\n") {
 		t.Errorf("title: %q", md[:60])
 	}
@@ -112,21 +121,27 @@ func TestExtractiveSectionsAndCitations(t *testing.T) {
 	// questions land in their sections.
 	if !strings.Contains(secs["## Implications and trade-offs"], "expensive to manufacture") ||
 		!strings.Contains(secs["## Open questions and next steps"], "It is unclear whether sulfide electrolytes") ||
-		!strings.Contains(secs["## Open questions and next steps"], "The pages of [4], [5] could not be read") {
+		!strings.Contains(secs["## Open questions and next steps"], "The pages of sources 4 could not be read") {
 		t.Errorf("sections:\n%s", md)
 	}
 	if !strings.Contains(secs["## Evidence and context"], "**Toyota plans solid-state EVs**: Toyota said") {
 		t.Errorf("evidence:\n%s", secs["## Evidence and context"])
 	}
-	wantList := "- [1] [Solid-state battery](<https://en.wikipedia.org/wiki/Solid-state_battery>)\n" +
-		"- [2] [Solid-state vs lithium-ion: a comparison](<https://example.com/ssb-vs-li-ion>)\n" +
-		"- [3] [Toyota plans solid-state EVs](<https://news.example.org/toyota>)\n" +
-		"- [4] [A paper behind a wall](<https://blocked.example.net/paper>)\n" +
-		"- [5] [empty.example](<https://empty.example/>)\n"
+	// The sources it was written from, how each was read; the empty
+	// search result is not one of them.
+	wantList := "- [1] [Solid-state battery](<https://en.wikipedia.org/wiki/Solid-state_battery>): web page, 710 characters\n" +
+		"- [2] [Solid-state vs lithium-ion: a comparison](<https://example.com/ssb-vs-li-ion>): web page, 381 characters\n" +
+		"- [3] [Toyota plans solid-state EVs](<https://news.example.org/toyota>): web page, 157 characters\n" +
+		"- [4] [A paper behind a wall](<https://blocked.example.net/paper>): search result snippet only, 106 characters\n\n" +
+		"## Found but not used\n\n- <https://empty.example/>: budget (found by the search, not crawled)\n"
 	if !strings.HasSuffix(md, "## Sources\n\n"+wantList) {
 		t.Errorf("sources list:\n%s", md[strings.Index(md, "## Sources"):])
 	}
-	if again := report.Extractive("Are solid-state batteries better than lithium-ion?", corpus); again != md {
+	// Quoting its sources, it passes its own citation check.
+	if c := secs["## Citation check"]; !strings.HasPrefix(c, "All ") || strings.Contains(md, "unverified") {
+		t.Errorf("citation check:\n%s", c)
+	}
+	if again := full("Are solid-state batteries better than lithium-ion?", corpus); again != md {
 		t.Error("the same input gave another report")
 	}
 }
@@ -138,7 +153,7 @@ func TestExtractiveCitesOnlyGivenNumbers(t *testing.T) {
 		{N: 7, URL: "https://a.example/", Title: "A", Content: "Rust guarantees memory safety without a garbage collector at all.[3] The borrow checker enforces ownership rules at compile time.[12][13]"},
 		{N: 12, URL: "https://b.example/", Title: "B [draft]", Content: "Go uses a garbage collector [4] tuned for low latency in servers. Both languages compile to native code for many platforms."},
 	}
-	md := report.Extractive("rust vs go memory safety", sources)
+	md := full("rust vs go memory safety", sources)
 	sections(t, md)
 	got := report.Cited(md)
 	if len(got) == 0 {
@@ -155,10 +170,10 @@ func TestExtractiveCitesOnlyGivenNumbers(t *testing.T) {
 }
 
 func TestExtractiveWithoutSources(t *testing.T) {
-	md := report.Extractive("anything", nil)
+	md := full("anything", nil)
 	secs := sections(t, md)
 	if len(report.Cited(md)) != 0 || !strings.Contains(secs["## Executive summary"], "No sources were collected") ||
-		secs["## Sources"] != "No sources were collected." {
+		secs["## Sources"] != "No source could be read." || !strings.Contains(secs["## Citation check"], "cites no source") {
 		t.Fatalf("report:\n%s", md)
 	}
 }
@@ -170,7 +185,7 @@ func TestExtractiveFromSnippets(t *testing.T) {
 		{N: 1, URL: "https://en.wikipedia.org/wiki/Go_(programming_language)", Title: "Go (programming language)", Snippet: "Go is a high-level general-purpose programming language that is statically typed and compiled"},
 		{N: 2, URL: "https://go.dev/", Title: "The Go Programming Language", Snippet: "Build simple, secure, scalable systems with Go. Go is an open source programming language supported by Google."},
 	}
-	md := report.Extractive("go programming language", sources)
+	md := full("go programming language", sources)
 	secs := sections(t, md)
 	// A snippet cut mid-sentence is marked, and left out of the summary
 	// while whole sentences are there.
@@ -186,7 +201,7 @@ func TestExtractiveEscapesPageText(t *testing.T) {
 	sources := []store.Source{{N: 1, URL: "https://x.example/", Title: "X", Content: "# Not a heading but a sentence about widgets and their many uses.\n" +
 		"<script>alert(1)</script> widgets are used in many places by many people daily.\n" +
 		"1. Widgets are numbered in this list item about widgets and more."}}
-	md := report.Extractive("widgets", sources)
+	md := full("widgets", sources)
 	sections(t, md)
 	for _, bad := range []string{"<script>", "\n- # ", "\n# Not", "\n- 1. "} {
 		if strings.Contains(md, bad) {
@@ -196,7 +211,7 @@ func TestExtractiveEscapesPageText(t *testing.T) {
 }
 
 func TestGenerateWithoutModel(t *testing.T) {
-	md, _, err := report.Generate(t.Context(), nil, "q", corpus, report.PromptOptions{}, nil)
+	md, _, err := report.Generate(t.Context(), nil, "q", report.Select(corpus, report.PromptOptions{}), nil)
 	if md != "" || !errors.Is(err, report.ErrNoModel) {
 		t.Fatalf("md %q, err %v", md, err)
 	}
@@ -217,6 +232,6 @@ func BenchmarkExtractive(b *testing.B) {
 		sources = append(sources, store.Source{N: n, URL: fmt.Sprintf("https://s%d.example/", n), Title: "Page", Content: strings.ReplaceAll(page.String(), "Sentence", fmt.Sprintf("Page %d sentence", n))})
 	}
 	for b.Loop() {
-		report.Extractive("solid-state batteries vs lithium-ion", sources)
+		full("solid-state batteries vs lithium-ion", sources)
 	}
 }

@@ -17,7 +17,8 @@ func TestPromptSourcesAndBudget(t *testing.T) {
 		{N: 4, URL: "https://d.example/", Title: "D", Content: "Wikipedia style text.[12] With markers.[citation needed]", Origin: store.OriginCrawl},
 		{N: 5, URL: "https://e.example/", Title: "E", Snippet: "snippet of e"},
 	}
-	msgs, used := report.Prompt("sodium vs lithium", sources, report.PromptOptions{MaxSources: 3, CharsPerSource: 1000, TotalChars: 100000})
+	used := report.Select(sources, report.PromptOptions{MaxSources: 3, CharsPerSource: 1000, TotalChars: 100000})
+	msgs := report.Prompt("sodium vs lithium", used)
 	if len(msgs) != 2 || msgs[0].Role != "system" || msgs[1].Role != "user" {
 		t.Fatalf("messages = %+v", msgs)
 	}
@@ -29,8 +30,8 @@ func TestPromptSourcesAndBudget(t *testing.T) {
 	// Crawled sources first (2, 4), then the lowest-numbered snippet (1);
 	// 3 has no text at all; given in number order.
 	var ns []int
-	for _, s := range used {
-		ns = append(ns, s.N)
+	for _, g := range used {
+		ns = append(ns, g.Source.N)
 	}
 	if len(ns) != 3 || ns[0] != 1 || ns[1] != 2 || ns[2] != 4 {
 		t.Fatalf("used %v", ns)
@@ -58,30 +59,34 @@ func TestPromptTotalBudget(t *testing.T) {
 	for n := 1; n <= 10; n++ {
 		sources = append(sources, store.Source{N: n, URL: "https://x.example/", Title: "T", Content: strings.Repeat("word ", 2000)})
 	}
-	msgs, used := report.Prompt("q", sources, report.PromptOptions{CharsPerSource: 8000, TotalChars: 10000})
+	used := report.Select(sources, report.PromptOptions{CharsPerSource: 8000, TotalChars: 10000})
+	msgs := report.Prompt("q", used)
 	if len(used) != 10 || len(msgs[1].Content) > 10000+10*100 {
 		t.Fatalf("%d sources, %d bytes", len(used), len(msgs[1].Content))
 	}
 }
 
 func TestPromptWithoutSources(t *testing.T) {
-	msgs, used := report.Prompt("q", nil, report.PromptOptions{})
-	if len(used) != 0 || !strings.Contains(msgs[1].Content, "No source could be collected") {
+	msgs := report.Prompt("q", report.Select(nil, report.PromptOptions{}))
+	if !strings.Contains(msgs[1].Content, "No source could be collected") {
 		t.Fatalf("prompt:\n%s", msgs[1].Content)
 	}
 }
 
 func TestFinish(t *testing.T) {
-	sources := []store.Source{{N: 2, URL: "https://b.example/a b<c>", Title: "Title with [brackets] and *stars*"}}
+	sources := []store.Source{{N: 2, URL: "https://b.example/a b<c>", Title: "Title with [brackets] and *stars*", Snippet: "Xylophones are loud."}}
+	given := report.Select(sources, report.PromptOptions{})
 	for _, answer := range []string{
-		"# Title\n## Executive summary\n\nX [2] Y [1].\n\n**References:**\n- [1] https://made.up/",
-		"## Executive summary\n\nX [2] Y [1].\n\n### Sources\n[1]: https://made.up/\n",
-		"## Executive summary\n\nX [2] Y [1].\n",
+		"# Title\n## Executive summary\n\nXylophones are loud [2]. Yodels are long [1].\n\n**References:**\n- [1] https://made.up/",
+		"## Executive summary\n\nXylophones are loud [2]. Yodels are long [1].\n\n### Sources\n[1]: https://made.up/\n",
+		"## Executive summary\n\nXylophones are loud [2]. Yodels are long [1].\n",
 	} {
-		md := report.Finish("what [1]?", answer, sources)
-		want := "# what \\[1\\]?\n\n## Executive summary\n\nX [2] Y.\n\n## Sources\n\n- [2] [Title with \\[brackets\\] and \\*stars\\*](<https://b.example/a%20b%3Cc%3E>)\n"
-		if md != want {
-			t.Errorf("Finish(%q) =\n%s\nwant\n%s", answer, md, want)
+		md := report.Finish(t.Context(), "what [1]?", answer, given, nil, report.FinishOptions{}).Markdown
+		want := "# what \\[1\\]?\n\n## Executive summary\n\nXylophones are loud [2]. Yodels are long *(unverified)*.\n\n## Citation check\n\n" +
+			"1 of 2 cited sentences are supported by the text of the sources they cite (50%); 1 is not."
+		wantEnd := "## Sources\n\n- [2] [Title with \\[brackets\\] and \\*stars\\*](<https://b.example/a%20b%3Cc%3E>): search result snippet only, 20 characters\n"
+		if !strings.HasPrefix(md, want) || !strings.HasSuffix(md, wantEnd) || !strings.Contains(md, "- “Yodels are long \\[1\\].”: it cites \\[1\\], which names no source of this report.\n") {
+			t.Errorf("Finish(%q) =\n%s\nwant\n%s…\n%s", answer, md, want, wantEnd)
 		}
 	}
 }

@@ -76,62 +76,113 @@ var abbreviations = map[string]bool{
 	"oct": true, "nov": true, "dec": true, "u.s": true, "u.k": true, "ph.d": true,
 }
 
-// sentences splits text into sentences: at line breaks, and after . ! ?
-// (and closing quotes or brackets) followed by white space and a capital,
-// a digit or an opening quote, unless the word before the period is an
-// abbreviation or an initial.
+// sentences splits plain text into sentences: at line breaks, and where
+// sentenceSpans says.
 func sentences(text string) []string {
 	var out []string
 	for line := range strings.SplitSeq(text, "\n") {
-		rs := []rune(line)
-		start := 0
-		for i := 0; i < len(rs); i++ {
-			if rs[i] != '.' && rs[i] != '!' && rs[i] != '?' {
-				continue
-			}
-			j := i + 1
-			for j < len(rs) && strings.ContainsRune(`"')]”’»`, rs[j]) {
-				j++
-			}
-			if j >= len(rs) || !unicode.IsSpace(rs[j]) {
-				continue
-			}
-			k := j
-			for k < len(rs) && unicode.IsSpace(rs[k]) {
-				k++
-			}
-			if k >= len(rs) || !(unicode.IsUpper(rs[k]) || unicode.IsDigit(rs[k]) || strings.ContainsRune(`"'(“‘«`, rs[k])) {
-				continue
-			}
-			if rs[i] == '.' && isAbbreviation(rs[start:i]) {
-				continue
-			}
-			out = appendSentence(out, string(rs[start:j]))
-			start = k
-			i = k - 1
+		for _, sp := range sentenceSpans(line) {
+			out = append(out, line[sp.start:sp.end])
 		}
-		out = appendSentence(out, string(rs[start:]))
 	}
 	return out
 }
 
-func appendSentence(out []string, s string) []string {
-	if s = strings.TrimSpace(s); s != "" {
-		out = append(out, s)
+// span is a byte range [start, end) of a text.
+type span struct{ start, end int }
+
+const (
+	closers = `"')]”’»*_` // may follow a sentence's final punctuation
+	openers = `"'(“‘«[*_` // may start a sentence
+)
+
+// sentenceSpans splits one block of text (a paragraph, which may run over
+// several lines) into sentences, returned trimmed of white space. A
+// sentence ends after . ! ? or … (and closing quotes, brackets or emphasis)
+// followed by white space and a capital, a digit or an opening quote or
+// bracket, unless the word before the period is an abbreviation ("e.g.",
+// "Dr.") or an initial. A decimal point ("3.5") is followed by no white
+// space, so it never ends one. Citations right after the punctuation
+// ("... rose. [3] Next") belong to the sentence they follow.
+func sentenceSpans(text string) []span {
+	var out []span
+	emit := func(a, b int) {
+		for a < b && isSpaceByte(text[a]) {
+			a++
+		}
+		for b > a && isSpaceByte(text[b-1]) {
+			b--
+		}
+		if a < b {
+			out = append(out, span{a, b})
+		}
 	}
+	start := 0
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		if r != '.' && r != '!' && r != '?' && r != '…' {
+			i += size
+			continue
+		}
+		j := i + size
+		for j < len(text) && strings.ContainsRune(".!?…", rune(text[j])) {
+			j++
+		}
+		j = skipRunes(text, j, closers)
+		cited := false
+		for {
+			k := j
+			for k < len(text) && isSpaceByte(text[k]) {
+				k++
+			}
+			m := citeAtStart.FindStringIndex(text[k:])
+			if m == nil {
+				break
+			}
+			j, cited = k+m[1], true
+		}
+		if j >= len(text) {
+			break
+		}
+		k := j
+		for k < len(text) && isSpaceByte(text[k]) {
+			k++
+		}
+		next, _ := utf8.DecodeRuneInString(text[k:])
+		if k == j || k >= len(text) || !(unicode.IsUpper(next) || unicode.IsDigit(next) || strings.ContainsRune(openers, next)) ||
+			(r == '.' && !cited && isAbbreviation(text[start:i])) {
+			i = j
+			continue
+		}
+		emit(start, j)
+		start, i = k, k
+	}
+	emit(start, len(text))
 	return out
+}
+
+func isSpaceByte(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// skipRunes returns the index after the runes of set that start s[i:].
+func skipRunes(s string, i int, set string) int {
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if !strings.ContainsRune(set, r) {
+			break
+		}
+		i += size
+	}
+	return i
 }
 
 // isAbbreviation reports whether the text before a period ends with an
 // abbreviation or a single-letter initial.
-func isAbbreviation(before []rune) bool {
-	i := len(before)
-	for i > 0 && !unicode.IsSpace(before[i-1]) && before[i-1] != '(' {
-		i--
-	}
-	word := strings.ToLower(string(before[i:]))
-	if utf8.RuneCountInString(word) == 1 && unicode.IsLetter([]rune(word)[0]) {
-		return true
+func isAbbreviation(before string) bool {
+	i := strings.LastIndexFunc(before, func(r rune) bool { return unicode.IsSpace(r) || r == '(' })
+	word := strings.ToLower(before[i+1:])
+	if utf8.RuneCountInString(word) == 1 {
+		r, _ := utf8.DecodeRuneInString(word)
+		return unicode.IsLetter(r)
 	}
 	return abbreviations[word]
 }
@@ -154,9 +205,25 @@ func words(s string) []string {
 	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
-// stem is a crude, language-blind stemmer: the first six letters, so that
-// battery and batteries, compile and compiler meet.
+// stem is a crude stemmer for English: common inflections come off
+// (nests, counted, nesting, cities), then the word is cut to its first six
+// letters, so that battery and batteries, migrate and migration meet.
 func stem(w string) string {
+	n := utf8.RuneCountInString(w)
+	switch {
+	case n > 4 && strings.HasSuffix(w, "ies"):
+		w = w[:len(w)-3] + "y"
+	case n > 4 && strings.HasSuffix(w, "sses"):
+		w = w[:len(w)-2]
+	case n > 4 && (strings.HasSuffix(w, "ches") || strings.HasSuffix(w, "shes") || strings.HasSuffix(w, "xes")):
+		w = w[:len(w)-2]
+	case n > 3 && strings.HasSuffix(w, "s") && !strings.HasSuffix(w, "ss") && !strings.HasSuffix(w, "us") && !strings.HasSuffix(w, "is"):
+		w = w[:len(w)-1]
+	case n > 5 && strings.HasSuffix(w, "ing"):
+		w = w[:len(w)-3]
+	case n > 4 && strings.HasSuffix(w, "ed"):
+		w = w[:len(w)-2]
+	}
 	rs := []rune(w)
 	if len(rs) > 6 {
 		return string(rs[:6])
