@@ -17,11 +17,33 @@ type ResearchConfig struct {
 	Render string `toml:"render"`
 	// MaxCrawlDuration caps the crawl of every job whatever its mode says;
 	// 0 leaves the mode's duration (12 or 18 minutes, scaled).
-	MaxCrawlDuration Duration             `toml:"max_crawl_duration"`
-	Search           ResearchSearchConfig `toml:"search"`
-	LLM              ResearchLLMConfig    `toml:"llm"`
-	Agent            ResearchAgentConfig  `toml:"agent"`
+	MaxCrawlDuration Duration                `toml:"max_crawl_duration"`
+	Search           ResearchSearchConfig    `toml:"search"`
+	LLM              ResearchLLMConfig       `toml:"llm"`
+	Agent            ResearchAgentConfig     `toml:"agent"`
+	Citations        ResearchCitationsConfig `toml:"citations"`
 }
+
+// ResearchCitationsConfig is [research.citations]: the check of every
+// cited sentence against the text of the sources it cites.
+type ResearchCitationsConfig struct {
+	// Threshold is the share of a sentence's content words (weighted by
+	// rarity) that one passage of a cited source must hold, above 0 and at
+	// most 1. Numbers and quoted phrases must be in a cited source
+	// whatever it is.
+	Threshold float64 `toml:"threshold"`
+	// Action on an unsupported sentence: "annotate" marks it, "drop"
+	// removes its citations, "revise" asks the model once to rewrite it
+	// with the passages found, then checks again.
+	Action string `toml:"action"`
+}
+
+// Actions of [research.citations] action.
+const (
+	CitationsAnnotate = "annotate"
+	CitationsDrop     = "drop"
+	CitationsRevise   = "revise"
+)
 
 // ResearchSearchConfig is [research.search]: the web search backends of the
 // discover phase.
@@ -109,6 +131,8 @@ func (c *ResearchConfig) setDefaults() {
 	a.Model = ""
 	a.TokenEnv = "SANDSTEP_AGENT_TOKEN"
 	a.Timeout = Duration(10 * time.Minute)
+	c.Citations.Threshold = 0.5
+	c.Citations.Action = CitationsAnnotate
 }
 
 // wikiLang is a Wikipedia language code as used in its host name: "en",
@@ -127,6 +151,23 @@ func (c *ResearchConfig) check(_ *Config, r *report) {
 	c.Search.check(r)
 	c.LLM.check(r)
 	c.Agent.check(r)
+	c.Citations.check(r, c.LLM.BaseURL != "")
+}
+
+func (c *ResearchCitationsConfig) check(r *report, model bool) {
+	const t = "research.citations"
+	if !(c.Threshold > 0 && c.Threshold <= 1) {
+		r.add(t+".threshold", "%s.threshold: must be above 0 and at most 1, not %g", t, c.Threshold)
+	}
+	switch c.Action {
+	case CitationsAnnotate, CitationsDrop:
+	case CitationsRevise:
+		if !model {
+			r.add(t+".action", "%s.action: %q needs a model to revise with: set [research.llm] base_url, or choose %q or %q", t, c.Action, CitationsAnnotate, CitationsDrop)
+		}
+	default:
+		r.add(t+".action", "%s.action: must be %q, %q or %q, not %q", t, CitationsAnnotate, CitationsDrop, CitationsRevise, c.Action)
+	}
 }
 
 func (s *ResearchSearchConfig) check(r *report) {

@@ -33,6 +33,7 @@ func TestResearchDefaults(t *testing.T) {
 			TokenEnv: "SANDSTEP_AGENT_TOKEN",
 			Timeout:  config.Duration(10 * time.Minute),
 		},
+		Citations: config.ResearchCitationsConfig{Threshold: 0.5, Action: "annotate"},
 	}
 	if !reflect.DeepEqual(c.Research, want) {
 		t.Fatalf("Research =\n %+v\nwant\n %+v", c.Research, want)
@@ -126,6 +127,11 @@ func TestResearchProblems(t *testing.T) {
 		{"[research.agent]\nenabled = true\nmodel = \"m\"\ntoken_env = \"\"\n", `config.toml:4: research.agent.token_env: must name the environment variable that holds the agent's token when enabled = true`},
 		{"[research.agent]\ntimeout = \"-1s\"\n", `config.toml:2: research.agent.timeout: must be longer than zero, not -1s`},
 		{"[research.search]\nbackend = [\"wikipedia\"]\n", `config.toml:2: unknown key "research.search.backend" (did you mean "backends"?)`},
+		{"[research.citations]\nthreshold = 0.0\n", `config.toml:2: research.citations.threshold: must be above 0 and at most 1, not 0`},
+		{"[research.citations]\nthreshold = 1.5\n", `config.toml:2: research.citations.threshold: must be above 0 and at most 1, not 1.5`},
+		{"[research.citations]\naction = \"delete\"\n", `config.toml:2: research.citations.action: must be "annotate", "drop" or "revise", not "delete"`},
+		{"[research.citations]\naction = \"revise\"\n", `config.toml:2: research.citations.action: "revise" needs a model to revise with: set [research.llm] base_url, or choose "annotate" or "drop"`},
+		{"[research.citations]\nthreshhold = 0.4\n", `config.toml:2: unknown key "research.citations.threshhold" (did you mean "threshold"?)`},
 	} {
 		if got := only(t, tc.src); got != tc.want {
 			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)

@@ -768,6 +768,7 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("report", stderr)
 	setUsage(fs, "report ID [flags]")
+	asJSON := fs.Bool("json", false, "print the report's JSON (markdown, sources, not_used, citations) instead of the markdown")
 	cf := addClientFlags(fs)
 	id, err := oneID(fs, args)
 	if err != nil {
@@ -777,45 +778,86 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	complete, err := fetchReport(ctx, c, id, stdout)
-	if err == nil && !complete {
+	rep, err := fetchReport(ctx, c, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if _, err := stdout.Write(rep.raw); err != nil {
+			return err
+		}
+	} else if err := rep.print(stdout, stderr); err != nil {
+		return err
+	}
+	if !rep.Complete {
 		fmt.Fprintf(stderr, "note: job %s ended before its report was complete; this is what was written\n", id)
 	}
-	return err
+	return nil
 }
 
-// fetchReport writes the job's report as markdown to w and says whether it
-// is complete.
-func fetchReport(ctx context.Context, c *client, id string, w io.Writer) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	req, err := c.request(ctx, http.MethodGet, jobPath(id, "report"), nil, nil)
-	if err != nil {
-		return false, err
-	}
-	req.Header.Set("Accept", "text/markdown")
-	res, err := c.send(req)
+// reportAnswer is GET /v1/jobs/{id}/report as the CLI reads it.
+type reportAnswer struct {
+	Complete  bool              `json:"complete"`
+	Markdown  string            `json:"markdown"`
+	Sources   []json.RawMessage `json:"sources"`
+	NotUsed   []json.RawMessage `json:"not_used"`
+	Citations *struct {
+		Total       int      `json:"total"`
+		Supported   int      `json:"supported"`
+		Unsupported int      `json:"unsupported"`
+		Accuracy    *float64 `json:"accuracy"`
+		Removed     int      `json:"removed"`
+	} `json:"citations"`
+	raw []byte
+}
+
+// fetchReport reads the job's report.
+func fetchReport(ctx context.Context, c *client, id string) (reportAnswer, error) {
+	var rep reportAnswer
+	raw, _, err := c.call(ctx, http.MethodGet, jobPath(id, "report"), nil, nil, &rep)
 	var ae *apiError
 	if errors.As(err, &ae) && ae.Status == http.StatusConflict {
 		status := ae.JobStatus
 		if status == "" {
 			status = "not finished"
 		}
-		return false, fmt.Errorf("job still running (%s); follow it with `sandstep events %s --follow`: %w", status, id, err)
+		return rep, fmt.Errorf("job still running (%s); follow it with `sandstep events %s --follow`: %w", status, id, err)
 	}
-	if err != nil {
-		return false, err
+	rep.raw = raw
+	return rep, err
+}
+
+// print writes the markdown to w and a line on the citation check and the
+// sources to notes.
+func (r reportAnswer) print(w, notes io.Writer) error {
+	md := r.Markdown
+	if md != "" && !strings.HasSuffix(md, "\n") {
+		md += "\n"
 	}
-	defer res.Body.Close()
-	md, err := io.ReadAll(res.Body)
-	if err != nil {
-		return false, c.transportError(err)
+	if _, err := io.WriteString(w, md); err != nil {
+		return err
 	}
-	if len(md) > 0 && md[len(md)-1] != '\n' {
-		md = append(md, '\n')
+	if r.Citations == nil {
+		return nil
 	}
-	if _, err := w.Write(md); err != nil {
-		return false, err
+	c := r.Citations
+	line := "citations: nothing cited"
+	if c.Total > 0 && c.Accuracy != nil {
+		line = fmt.Sprintf("citations: %d of %d cited sentences supported by their sources (%.0f%%)", c.Supported, c.Total, *c.Accuracy*100)
+		if c.Unsupported > 0 {
+			line += fmt.Sprintf(", %d flagged", c.Unsupported)
+		}
 	}
-	return res.Header.Get("X-Report-Complete") != "false", nil
+	if c.Removed > 0 {
+		line += ", " + count(c.Removed, "citation", "citations") + " of sources that do not exist removed"
+	}
+	_, err := fmt.Fprintf(notes, "%s; %s read, %d found but not used\n", line, count(len(r.Sources), "source", "sources"), len(r.NotUsed))
+	return err
+}
+
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -465,6 +465,25 @@ func TestReport(t *testing.T) {
 		t.Fatalf("report: %+v", r)
 	}
 
+	// A finished report says how its citations fared, on stderr.
+	details := `{"sources":[{"n":1,"url":"https://example.com/a","final_url":"https://example.com/a","title":"A","mode":"pdf","chars":10,"truncated":false,"pages":2}],` +
+		`"not_used":[{"url":"https://example.com/c","reason":"challenge","message":"an anti-bot challenge page"}],` +
+		`"citations":{"total":4,"supported":3,"unsupported":1,"accuracy":0.75,"removed":1,"method":"extractive","threshold":0.5,"action":"annotate","flagged":[]}}`
+	if err := e.store.WriteReport(ctx, "rp-1", store.Report{Markdown: md, Complete: true, Details: []byte(details)}); err != nil {
+		t.Fatal(err)
+	}
+	r = e.run("report", "rp-1")
+	wantCode(t, r, 0)
+	if r.stdout != md+"\n" || r.stderr != "citations: 3 of 4 cited sentences supported by their sources (75%), 1 flagged, 1 citation of sources that do not exist removed; 1 source read, 1 found but not used\n" {
+		t.Fatalf("report: %+v", r)
+	}
+	r = e.run("report", "rp-1", "--json")
+	wantCode(t, r, 0)
+	var js map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &js); err != nil || js["markdown"] != md || js["citations"].(map[string]any)["accuracy"] != 0.75 || len(js["not_used"].([]any)) != 1 {
+		t.Fatalf("report --json: %v %+v", err, r)
+	}
+
 	// A job that ended with part of its report gets that part, and a note.
 	wantCode(t, e.run("submit", "q", "--job-id", "rp-2"), 0)
 	if err := e.store.AppendReport(ctx, "rp-2", "# Partial\n", false); err != nil {

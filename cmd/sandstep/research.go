@@ -73,12 +73,16 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if final.Status == string(store.StatusSucceeded) {
-		_, err := fetchReport(ctx, c, ans.JobID, stdout)
-		return err
+		rep, err := fetchReport(ctx, c, ans.JobID)
+		if err != nil {
+			return err
+		}
+		return rep.print(stdout, stderr)
 	}
 	if final.Status == string(store.StatusFailed) {
-		if md := reportIfAny(ctx, c, ans.JobID); md != "" {
-			io.WriteString(stdout, md)
+		// Whatever was written before the failure.
+		if rep, err := fetchReport(ctx, c, ans.JobID); err == nil {
+			rep.print(stdout, stderr)
 		}
 	}
 	return outcome(ctx, c, ans.JobID, final.Status)
@@ -131,13 +135,4 @@ func renderSteps(st jobStatus) string {
 func bar(current, total, width int) string {
 	filled := min(width, current*width/max(total, 1))
 	return "[" + strings.Repeat("#", filled) + strings.Repeat(".", width-filled) + "]"
-}
-
-// reportIfAny returns the job's report, or "" when there is none.
-func reportIfAny(ctx context.Context, c *client, id string) string {
-	var sb strings.Builder
-	if _, err := fetchReport(ctx, c, id, &sb); err != nil {
-		return ""
-	}
-	return sb.String()
 }

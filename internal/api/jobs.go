@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandstep/sandstep/internal/ids"
+	"github.com/sandstep/sandstep/internal/report"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
@@ -487,18 +488,18 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
 	return writeJSON(w, http.StatusAccepted, cancelView{JobID: job.ID, Status: viewStatus(job)})
 }
 
-type sourceView struct {
-	N     int    `json:"n"`
-	URL   string `json:"url"`
-	Title string `json:"title"`
-}
-
+// reportView is the report with what sandstep says about it: the sources
+// it was written from, what was found but not used, and the citation
+// check. A report still being written has none of them yet (empty lists,
+// citations null).
 type reportView struct {
-	JobID    string       `json:"job_id"`
-	Status   store.Status `json:"status"`
-	Complete bool         `json:"complete"`
-	Markdown string       `json:"markdown"`
-	Sources  []sourceView `json:"sources"`
+	JobID     string              `json:"job_id"`
+	Status    store.Status        `json:"status"`
+	Complete  bool                `json:"complete"`
+	Markdown  string              `json:"markdown"`
+	Sources   []report.UsedSource `json:"sources"`
+	NotUsed   []report.NotUsed    `json:"not_used"`
+	Citations *report.Citations   `json:"citations"`
 }
 
 // report answers with the job's report once there is one to read: complete,
@@ -530,13 +531,20 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 		_, err := io.WriteString(w, rep.Markdown)
 		return err
 	}
-	sources, err := s.opts.Store.ListSources(ctx, job.ID)
-	if err != nil {
-		return err
-	}
-	v := reportView{JobID: job.ID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown, Sources: make([]sourceView, len(sources))}
-	for i, src := range sources {
-		v.Sources[i] = sourceView{N: src.N, URL: src.URL, Title: src.Title}
+	v := reportView{JobID: job.ID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown,
+		Sources: []report.UsedSource{}, NotUsed: []report.NotUsed{}}
+	if len(rep.Details) > 0 {
+		var d report.Details
+		if err := json.Unmarshal(rep.Details, &d); err != nil {
+			return fmt.Errorf("report details of job %s: %w", job.ID, err)
+		}
+		if d.Sources != nil {
+			v.Sources = d.Sources
+		}
+		if d.NotUsed != nil {
+			v.NotUsed = d.NotUsed
+		}
+		v.Citations = &d.Citations
 	}
 	return writeJSON(w, http.StatusOK, v)
 }

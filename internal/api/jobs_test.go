@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/api"
+	"github.com/sandstep/sandstep/internal/report"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
@@ -383,13 +385,16 @@ func TestReport(t *testing.T) {
 	}
 
 	md := "# Solar panels\n\nThey work [1], and better in Spain [2] & Chile.\n"
-	if err := e.store.PutReport(ctx, "r-1", md, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.PutSources(ctx, "r-1", []store.Source{
-		{N: 1, URL: "https://example.com/a", Title: "A", Content: "long content", Origin: store.OriginCrawl},
-		{N: 2, URL: "https://example.org/b", Title: "B", Snippet: "snip", Origin: store.OriginSearch},
-	}); err != nil {
+	acc := 0.5
+	details, _ := json.Marshal(report.Details{
+		Sources: []report.UsedSource{
+			{N: 1, URL: "https://example.com/a", FinalURL: "https://example.com/a", Title: "A", Mode: "pdf", Chars: 12, Pages: 4},
+			{N: 2, URL: "https://example.org/b", FinalURL: "https://example.org/b", Title: "B", Mode: "snippet", Chars: 4},
+		},
+		NotUsed:   []report.NotUsed{{URL: "https://example.net/c", N: 3, Reason: "challenge", Message: "an anti-bot challenge page"}},
+		Citations: report.Citations{Total: 2, Supported: 1, Unsupported: 1, Accuracy: &acc, Flagged: []report.Flag{{Sentence: "x [2].", Cited: []int{2}, Why: []string{"low_support"}}}},
+	})
+	if err := e.store.WriteReport(ctx, "r-1", store.Report{Markdown: md, Complete: true, Details: details}); err != nil {
 		t.Fatal(err)
 	}
 	res := e.get("/v1/jobs/r-1/report", tokenAcme)
@@ -402,8 +407,18 @@ func TestReport(t *testing.T) {
 	if len(srcs) != 2 {
 		t.Fatalf("sources = %v", b["sources"])
 	}
-	if s := srcs[1].(map[string]any); s["n"] != 2.0 || s["url"] != "https://example.org/b" || s["title"] != "B" || len(s) != 3 {
+	if s := srcs[0].(map[string]any); s["n"] != 1.0 || s["url"] != "https://example.com/a" || s["final_url"] != "https://example.com/a" ||
+		s["title"] != "A" || s["mode"] != "pdf" || s["chars"] != 12.0 || s["truncated"] != false || s["pages"] != 4.0 || len(s) != 8 {
 		t.Fatalf("source = %v", s)
+	}
+	if s := srcs[1].(map[string]any); s["mode"] != "snippet" || s["pages"] != nil {
+		t.Fatalf("source = %v", s)
+	}
+	if nu := b["not_used"].([]any); len(nu) != 1 || nu[0].(map[string]any)["reason"] != "challenge" {
+		t.Fatalf("not_used = %v", b["not_used"])
+	}
+	if c := b["citations"].(map[string]any); c["total"] != 2.0 || c["supported"] != 1.0 || c["unsupported"] != 1.0 || c["accuracy"] != 0.5 || len(c["flagged"].([]any)) != 1 {
+		t.Fatalf("citations = %v", b["citations"])
 	}
 
 	res = e.get("/v1/jobs/r-1/report", tokenAcme, "Accept", "text/markdown")
@@ -436,8 +451,8 @@ func TestReport(t *testing.T) {
 	if b := res.json(t); b["complete"] != false || b["markdown"] != "# Partial" || b["status"] != "cancelled" {
 		t.Fatalf("partial report = %s", res.body)
 	}
-	if srcs := res.json(t)["sources"].([]any); len(srcs) != 0 {
-		t.Fatalf("sources = %v", srcs)
+	if b := res.json(t); len(b["sources"].([]any)) != 0 || len(b["not_used"].([]any)) != 0 || b["citations"] != nil {
+		t.Fatalf("partial report = %v", b)
 	}
 }
 

@@ -375,6 +375,7 @@ func (r *run) collect(id string) (int, error) {
 		}
 		s.Origin = store.OriginCrawl
 		s.Content = pg.Content
+		s.FinalURL, s.Mode, s.Pages = pg.FinalURL, pg.Mode, pg.Pages
 		if pg.Title != "" {
 			s.Title = pg.Title
 		}
@@ -385,12 +386,20 @@ func (r *run) collect(id string) (int, error) {
 		put = append(put, s)
 	}
 	blocked := 0
+	skips := make([]store.Skip, 0, len(out.Skipped))
 	for _, sk := range out.Skipped {
-		if sk.Reason != "challenge" {
-			continue
+		reason, msg := sk.Reason, sk.Message
+		if !spec.KnownReason(reason) {
+			// A crawler of another version: keep what it said.
+			reason, msg = spec.ReasonFetchError, strings.TrimSpace(sk.Reason+": "+sk.Message)
 		}
 		u, err := urlnorm.Normalize(sk.URL)
-		if n, ok := byKey[urlnorm.Key(u)]; err == nil && ok {
+		n, known := byKey[urlnorm.Key(u)]
+		if err != nil || !known {
+			n = 0
+		}
+		skips = append(skips, store.Skip{URL: sk.URL, Reason: reason, Message: msg, N: n})
+		if reason == spec.ReasonChallenge && n > 0 {
 			s := byN[n]
 			s.Origin = OriginBlocked
 			put = append(put, s)
@@ -400,6 +409,11 @@ func (r *run) collect(id string) (int, error) {
 	if len(put) > 0 {
 		if err := r.p.Store.PutSources(r.ctx, r.job.ID, put); err != nil {
 			return 0, fmt.Errorf("store pages: %w", err)
+		}
+	}
+	if len(skips) > 0 {
+		if err := r.p.Store.PutSkips(r.ctx, r.job.ID, skips); err != nil {
+			return 0, fmt.Errorf("store skipped pages: %w", err)
 		}
 	}
 	crawled := len(put) - blocked
