@@ -1,23 +1,17 @@
 package crawler
 
 import (
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/crawler/spec"
 	"github.com/sandstep/sandstep/internal/fixturesite"
+	"github.com/sandstep/sandstep/internal/testbin"
 )
 
 func requirePDFToText(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("pdftotext"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("pdftotext is missing (Debian package poppler-utils): make deps installs it")
-		}
-		t.Skip("pdftotext is missing (Debian package poppler-utils)")
-	}
+	testbin.RequireTool(t, "pdftotext", "poppler-utils")
 }
 
 func TestPDFSourceIsRead(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -71,12 +70,7 @@ type stack struct {
 
 func requireBwrap(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("bwrap is missing (Debian package bubblewrap): make deps installs it")
-		}
-		t.Skip("bwrap is missing (Debian package bubblewrap)")
-	}
+	testbin.RequireTool(t, "bwrap", "bubblewrap")
 }
 
 // stackOpts shape a test stack: faults between the engine and the phases,
@@ -303,8 +297,12 @@ func TestJobRunsEveryStateAndCleansUp(t *testing.T) {
 	if !sawCrawl {
 		t.Errorf("no crawl event from the sandbox: %v", s.events(t, "job-ok"))
 	}
+	// Nothing could be read, so the report has no sources and lists both
+	// seeds as not used, with why.
 	code, rep := s.do(t, "GET", "/v1/jobs/job-ok/report", nil)
-	if code != 200 || !strings.Contains(fmt.Sprint(rep["markdown"]), "[2]") {
+	notUsed, _ := rep["not_used"].([]any)
+	if code != 200 || len(rep["sources"].([]any)) != 0 || len(notUsed) != 2 || notUsed[1].(map[string]any)["url"] != "http://127.0.0.1:1/b" ||
+		notUsed[1].(map[string]any)["reason"] != "fetch_error" || !strings.Contains(fmt.Sprint(rep["markdown"]), "No source could be read.") {
 		t.Errorf("report: %d %v", code, rep)
 	}
 	entries, err := s.st.LedgerListByOwner(context.Background(), "job:job-ok")

@@ -77,7 +77,8 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 	fake := startFakeSandy(t)
 	id := "job-preempted"
 	var s *stack
-	s = newStackWith(t, stackOpts{provider: "sandy", sandyURL: fake.URL, config: "[research]\nrender = \"never\"\n",
+	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"), site.Hosts[0].Page("/c")}
+	s = newStackWith(t, stackOpts{provider: "sandy", sandyURL: fake.URL, config: "[research]\nrender = \"never\"\n", searx: snippetSearx(t, seeds),
 		wrap: func(inv asl.Invoker) asl.Invoker {
 			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(ctx context.Context, n int) error {
 				if n == 1 {
@@ -87,7 +88,7 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 			}}
 		}})
 	s.live = fake.Sandboxes
-	job := s.research(t, id, "light", "balanced", []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"), site.Hosts[0].Page("/c")})
+	job := s.research(t, id, "light", "balanced", seeds)
 	if fb := fallbacks(job); !slices.Contains(fb, research.FallbackSnippets) {
 		t.Errorf("fallbacks %v, want %s", fb, research.FallbackSnippets)
 	}

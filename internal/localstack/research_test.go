@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/internal/fixturesite"
 	"github.com/sandstep/sandstep/internal/research"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -99,13 +98,8 @@ func hostOf(raw string) string {
 }
 
 func requireChromium(t *testing.T) bool {
-	if _, err := exec.LookPath("chromium"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is missing (Debian package chromium): make deps installs it")
-		}
-		return false
-	}
-	return true
+	t.Helper()
+	return testbin.HaveTool(t, "chromium", "chromium")
 }
 
 func TestLightModeStaysWithinItsLimits(t *testing.T) {
@@ -330,7 +324,7 @@ func TestFallbacks(t *testing.T) {
 				slow := fixturesite.Start(t, fixturesite.Options{Hosts: 1, Latency: 5 * time.Second})
 				seeds = []string{slow.Hosts[0].Page("/"), slow.Hosts[0].Page("/a"), alpha.Page("/")}
 			}
-			s := newStackWith(t, stackOpts{config: cfg})
+			s := newStackWith(t, stackOpts{config: cfg, searx: snippetSearx(t, seeds)})
 			s.App.Phases.WarmupBackoff = 10 * time.Millisecond
 			if tc.fault != nil {
 				f := &faultProvider{Provider: s.Provider}
@@ -348,6 +342,17 @@ func TestFallbacks(t *testing.T) {
 			s.noLiveSandboxes(t, id)
 		})
 	}
+}
+
+// snippetSearx answers every search with the given URLs and a snippet of
+// prose for each, so that a report built from snippets has text to cite.
+func snippetSearx(t testing.TB, urls []string) *httptest.Server {
+	var results []map[string]string
+	for i, u := range urls {
+		results = append(results, map[string]string{"url": u, "title": fmt.Sprintf("Kestrel notes %d", i+1),
+			"content": fmt.Sprintf("Kestrels hover above ridge %d before they dive for voles and beetles.", i+1)})
+	}
+	return fakeSearx(t, results)
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -43,8 +43,8 @@ const (
 	// MaxReportDetailsBytes bounds Details: it lives in the head item,
 	// which DynamoDB caps at 400 KB.
 	MaxReportDetailsBytes = 300 << 10
-	skReport             = "REPORT"
-	maxReportTries       = 20
+	skReport              = "REPORT"
+	maxReportTries        = 20
 )
 
 func reportKey(jobID string) map[string]types.AttributeValue {

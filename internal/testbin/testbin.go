@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
 
 // Binaries the tests build, by the name of their output file.
@@ -70,4 +71,26 @@ func Build(dir string, names ...string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// HaveTool tells whether the program name is on PATH. Under CI=true a
+// missing one fails the test instead, naming the Debian package that
+// brings it (scripts/deps.sh installs it): CI never skips silently.
+func HaveTool(t testing.TB, name, debianPackage string) bool {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return true
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is missing (Debian package %s): make deps installs it", name, debianPackage)
+	}
+	return false
+}
+
+// RequireTool skips the test when HaveTool says no.
+func RequireTool(t testing.TB, name, debianPackage string) {
+	t.Helper()
+	if !HaveTool(t, name, debianPackage) {
+		t.Skipf("%s is missing (Debian package %s)", name, debianPackage)
+	}
 }
