@@ -27,7 +27,7 @@ var numberWords = map[string]string{
 
 // citeWords are how a sentence points at its source ("see", "according
 // to"): they say nothing the source must contain.
-var citeWords = wordSet(`see also according source sources cited cite cites says said state states stated note notes noted per et al`)
+var citeWords = wordSet(`see also according cited cite cites says said stated noted per et al`)
 
 // tokens calls fn for every word and number of s in order. A number keeps
 // its decimal point and grouping commas ("4,200", "3.5"); every other
