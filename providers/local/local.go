@@ -43,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -88,7 +89,10 @@ const (
 	defaultSnapshotTimeout = 15 * time.Minute
 	reapInterval           = 10 * time.Second
 	// shmSize bounds /dev/shm, as Docker's default does.
-	shmSize = 64 << 20
+	shmSize           = 64 << 20
+	defaultScratchMB  = 512
+	defaultVolumeMB   = 1024
+	defaultSnapshotMB = 8192
 )
 
 // Provider is the local bubblewrap provider. Create it with New and call
@@ -119,6 +123,10 @@ type Provider struct {
 	stage     *stageNS
 	stageErr  error
 
+	// Images this process mounted in its staging namespace (as root).
+	shared sharedImages
+	sys    sysImage
+
 	reapOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -138,6 +146,21 @@ type settings struct {
 	toolsDir    string   // host folder bound read-only at ToolsPath ("" = none)
 	isRoot      bool     // sandboxes get uids of their own
 	stage       *stageNS // as root: where bwrap is started from
+
+	// maxTasks caps a sandbox's tasks (its pids cgroup): max_processes
+	// for the commands and agentTasks for the agent and supervisors.
+	maxTasks int
+	// Sizes of the scratch tmpfs mounts, in bytes.
+	tmpSize, homeSize, workSize int64
+	volumeCapacityMB            int
+	snapshotSizeMB              int
+	unenforced                  []string
+
+	// Found at Configure (enforceLimits).
+	cgroups    cgroupHost
+	images     bool   // volumes, snapshots, agent and tools are ext4 images
+	mkfs       string // mkfs.ext4, when images
+	limitsInfo providers.Limits
 }
 
 // New returns an unconfigured provider.
@@ -167,8 +190,11 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-// Info describes the provider.
+// Info describes the provider; what it enforces is known once configured.
 func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
+	p.mu.Lock()
+	limits := p.s.limitsInfo
+	p.mu.Unlock()
 	return providers.Info{
 		Name:       "local",
 		Version:    version.Version,
@@ -182,6 +208,7 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 			FileAPI:        true,
 			PublicURL:      false,
 			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
+			Limits:         limits,
 		},
 	}, nil
 }
@@ -216,7 +243,10 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 		}
 		s.stage = p.stage
 	}
-	if err := probe(ctx, s); err != nil {
+	if err := p.enforceLimits(ctx, &s); err != nil {
+		return err
+	}
+	if err := p.probe(ctx, s); err != nil {
 		return err
 	}
 
@@ -231,7 +261,8 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 
 	p.reload()
 	p.reapOnce.Do(func() { go p.reapLoop() })
-	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", s.isRoot)
+	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", s.isRoot,
+		"cgroups", s.limitsInfo.Cgroups, "volumes", s.limitsInfo.Volumes, "enforced", s.limitsInfo.Enforced)
 	return nil
 }
 
@@ -250,6 +281,8 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 		"max_processes": ls.MaxProcesses, "max_file_size_mb": ls.MaxFileSizeMB, "max_cpu_seconds": ls.MaxCPUSeconds,
 		"max_address_space_mb": ls.MaxAddressSpaceMB, "max_open_files": ls.MaxOpenFiles,
 		"uid_range_start": ls.UIDRangeStart, "uid_range_size": ls.UIDRangeSize,
+		"tmp_size_mb": ls.TmpSizeMB, "home_size_mb": ls.HomeSizeMB, "workspace_size_mb": ls.WorkspaceSizeMB,
+		"volume_capacity_mb": ls.VolumeCapacityMB, "snapshot_size_mb": ls.SnapshotSizeMB,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (0 = default)", name)
@@ -274,6 +307,18 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 		},
 	}
 	s.maxFileSize = int64(s.limits.FSize)
+	s.maxTasks = int(s.limits.NProc) + agentTasks
+	s.tmpSize = int64(orDefault(ls.TmpSizeMB, defaultScratchMB)) << 20
+	s.homeSize = int64(orDefault(ls.HomeSizeMB, defaultScratchMB)) << 20
+	s.workSize = int64(orDefault(ls.WorkspaceSizeMB, defaultScratchMB)) << 20
+	s.volumeCapacityMB = max(orDefault(ls.VolumeCapacityMB, defaultVolumeMB), config.MinVolumeCapacityMB)
+	s.snapshotSizeMB = max(orDefault(ls.SnapshotSizeMB, defaultSnapshotMB), config.MinVolumeCapacityMB)
+	for _, l := range ls.UnenforcedLimits {
+		if !slices.Contains(config.UnenforceableLimits, l) {
+			return bad("unenforced_limits: %q is not one of %s", l, strings.Join(config.UnenforceableLimits, ", "))
+		}
+	}
+	s.unenforced = ls.UnenforcedLimits
 	// bubblewrap writes uid maps with printf's %d: a uid above the largest
 	// int32 becomes negative and the kernel refuses the map.
 	if int64(s.uidStart)+int64(s.uidSize)-1 > math.MaxInt32 {
@@ -369,7 +414,7 @@ func roBindArgs(paths []string) []string {
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:
 // sandboxes reach their directories only through bind mounts.
 func prepareStateDir(dir string) error {
-	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "snapshots/trees", "bin", "locks"} {
+	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "snapshots/trees", "bin", "images", "locks"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return providers.Wrap(providers.FailedPrecondition, "configure", fmt.Errorf("state_dir: %w", err))
 		}
@@ -436,18 +481,22 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // probe starts one throw-away sandbox, so that a machine where user
 // namespaces are disabled or the agent cannot run fails at Configure with
 // bubblewrap's own words instead of at the first Create.
-func probe(ctx context.Context, s settings) error {
+func (p *Provider) probe(ctx context.Context, s settings) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st := newStager(s.stage, "probe-"+newID())
+	agent, _, err := p.systemFiles(ctx, s, st)
+	if err != nil {
+		return providers.Wrap(providers.FailedPrecondition, "configure", err)
+	}
 	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
 	args = append(args, s.roArgs...)
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--", agentPath, roleProbe)
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", agent, agentPath, "--", agentPath, roleProbe)
 	cmd := exec.CommandContext(ctx, s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := st.start(cmd, s.uidStart)
+	err = st.start(cmd, s.uidStart)
 	if err == nil {
 		err = cmd.Wait()
 	}
@@ -484,6 +533,9 @@ func (p *Provider) reapLoop() {
 			return
 		case <-t.C:
 			p.reap()
+			if s, err := p.ready(); err == nil && s.stage != nil {
+				p.pruneSharedImages(s.stage)
+			}
 		}
 	}
 }
@@ -527,6 +579,9 @@ func (p *Provider) reload() {
 		}
 	}
 	if s, err := p.ready(); err == nil {
+		if s.images {
+			p.retireDirectorySnapshots(s)
+		}
 		p.cleanLeftovers(s)
 	}
 }
