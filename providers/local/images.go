@@ -409,8 +409,11 @@ func (p *Provider) withImage(ctx context.Context, ns *stageNS, image string, f f
 	}
 	ferr := f(fsRoot{root}.path())
 	root.Close()
+	// Detached, not unmounted: a bwrap starting meanwhile copied the
+	// staging namespace with this mount in it, and holds it until it has
+	// set up its sandbox's root. The wait below outlasts that.
 	uerr := ns.do(func() error {
-		if err := unix.Unmount(dir, 0); err != nil {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("unmounting %s: %w", filepath.Base(image), err)
 		}
 		return os.Remove(dir)

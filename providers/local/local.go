@@ -4,13 +4,21 @@
 // A sandbox is a long-lived bwrap process with its own user, mount, pid, ipc,
 // uts and (unless the network policy is "all") network namespace, and no way
 // to make further user namespaces. Only the configured system directories
-// are visible, read-only; /tmp, /home/sandbox and /workspace are private
-// writable directories on the host, volumes are bound at their mount paths,
-// a snapshot is bound read-only at SnapshotPath. When the plugin runs as
-// root each sandbox runs as its own host uid from a configured range:
-// RLIMIT_NPROC is not enforced for host uid 0, not even inside a user
+// are visible, read-only; /tmp, /home/sandbox and (when no volume is mounted
+// there) /workspace are tmpfs mounts of bounded size, volumes are mounted at
+// their mount paths, a snapshot read-only at SnapshotPath. When the plugin
+// runs as root each sandbox runs as its own host uid from a configured
+// range: RLIMIT_NPROC is not enforced for host uid 0, not even inside a user
 // namespace, and a sandbox's files and processes then belong to it alone.
 // Commands see uid 1000.
+//
+// Resources are the kernel's to enforce: each sandbox has control groups of
+// its own (cgroup.go) capping its memory, tasks and CPU; its scratch is
+// tmpfs charged to its memory; as root, volumes, snapshots and the agent
+// with the tools are ext4 images (images.go), so that a volume holds its
+// capacity and nothing shows a sandbox where state_dir is. A host lacking a
+// mechanism is refused at Configure unless unenforced_limits lets the limit
+// go (limits.go).
 //
 // PID 1 inside is the provider binary itself in agent mode (see
 // RunSandboxRole), so that the sandbox ends whenever the agent does and
@@ -27,10 +35,9 @@
 // restarted plugin knows the live sandboxes again and cleans up dead ones;
 // several plugin processes may share one state_dir.
 //
-// Not enforced: CreateSpec.Resources (memory, CPUs and disk are bounded only
-// by the rlimits in the settings), a volume's CapacityMB, and Secret.Hosts
-// (secrets are environment variables). Priority, Preemptible, Flavor and
-// Region are ignored.
+// Not enforced: Resources.DiskMB (scratch sizes are the settings') and
+// Secret.Hosts (secrets are environment variables). Priority, Preemptible,
+// Flavor and Region are ignored.
 package local
 
 import (
