@@ -1,15 +1,15 @@
 package sessions_test
 
 import (
-	"bufio"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandstep/sandstep/internal/testhost"
 )
 
 // watchServer polls /healthz until stop and counts the answers that were
@@ -48,27 +48,6 @@ func (e *env) watchServer() (stop func() (ok, failed int64)) {
 	}
 }
 
-func memAvailable(t *testing.T) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no MemAvailable")
-	return 0
-}
-
 // A run that allocates twice the session's memory_mb is killed inside its
 // sandbox and says so; the host gives it no more than the limit, the
 // server answers throughout, and the session runs code again at once.
@@ -76,35 +55,21 @@ func TestRunOutOfMemory(t *testing.T) {
 	e := newEnv(t, envConfig{sessions: "memory_mb = 256"})
 	wantOK(t, e.run(tokenAcme, "mem", "shell", "true"))
 	stopServer := e.watchServer()
-	before := memAvailable(t)
-	lowest := before
-	var mu sync.Mutex
-	done := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for i := 0; i < 20000; i++ {
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			v := memAvailable(t)
-			mu.Lock()
-			lowest = min(lowest, v)
-			mu.Unlock()
-		}
-	}()
+	watch, err := testhost.WatchMemory(5*time.Millisecond, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := e.run(tokenAcme, "mem", "python", "chunks = [b'x' * (64 << 20) for i in range(8)]\nprint('survived')\nlen(chunks)")
-	close(done)
-	<-sampled
+	drop, err := watch.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ok, failed := stopServer()
 
 	msg, _ := run["error"].(string)
 	if run["success"] != false || run["oom"] != true || !strings.Contains(msg, "out of memory") || !strings.Contains(msg, "256 MiB") || strings.Contains(run["stdout"].(string), "survived") {
 		t.Fatalf("run = %v; want an out-of-memory error", run)
 	}
-	drop := before - lowest
 	t.Logf("host MemAvailable dropped by %d MiB at most; /healthz answered %d times, failed %d", drop>>20, ok, failed)
 	// Twice the limit is 512 MiB; the bound leaves room for the other
 	// programs of a shared machine, not for the sandbox.

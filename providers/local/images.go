@@ -213,7 +213,11 @@ func waitDetached(ctx context.Context, image string, timeout time.Duration) erro
 // recovery, writes to the image. The device detaches itself when the file
 // system is unmounted for good.
 func mountImage(image, target string, readOnly bool) error {
-	img, err := os.OpenFile(image, map[bool]int{true: os.O_RDONLY, false: os.O_RDWR}[readOnly]|unix.O_CLOEXEC, 0)
+	mode := os.O_RDWR
+	if readOnly {
+		mode = os.O_RDONLY
+	}
+	img, err := os.OpenFile(image, mode|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}

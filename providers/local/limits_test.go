@@ -1,7 +1,6 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,12 +12,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/testhost"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -46,28 +45,6 @@ func recordOf(t *testing.T, e *testEnv, id string) sandboxRecord {
 		t.Fatalf("no record of %s", id)
 	}
 	return sb.rec
-}
-
-// memAvailable reads MemAvailable from /proc/meminfo, in bytes.
-func memAvailable(t *testing.T) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatal("no MemAvailable in /proc/meminfo")
-	return 0
 }
 
 // sampler calls f every interval until stop, at most until limit.
@@ -148,21 +125,18 @@ func TestLimitsMemoryOOMKillsInsideTheSandbox(t *testing.T) {
 	// from the host, while the host's available memory is watched. The
 	// machine is shared: the bound leaves room for others' noise, far
 	// below what the allocation would take.
-	before := memAvailable(t)
-	lowest := before
-	var mu sync.Mutex
-	stop := sampler(5*time.Millisecond, 2*time.Minute, func() {
-		v := memAvailable(t)
-		mu.Lock()
-		lowest = min(lowest, v)
-		mu.Unlock()
-	})
+	watch, err := testhost.WatchMemory(5*time.Millisecond, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r = e.exec(sb.ID, providers.ExecRequest{Argv: []string{"python3", "-c", "chunks = []\nfor i in range(32):\n    chunks.append(b'x' * (64 << 20))\nprint('survived')"}, Timeout: time.Minute})
-	stop()
+	drop, err := watch.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !r.OOM || strings.Contains(r.stdout, "survived") {
 		t.Fatalf("allocating 2 GiB: %+v stdout %q stderr %q; want an OOM kill", r.ExecResult, r.stdout, r.stderr)
 	}
-	drop := before - lowest
 	t.Logf("host MemAvailable dropped by %d MiB at most (limit %d MiB)", drop>>20, limitMB)
 	if drop > (limitMB+512)<<20 {
 		t.Errorf("host MemAvailable dropped by %d MiB with a %d MiB sandbox", drop>>20, limitMB)

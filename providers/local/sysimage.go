@@ -58,12 +58,12 @@ func (p *Provider) sysMount(ctx context.Context, s settings) (dir string, hasToo
 	defer p.sys.mu.Unlock()
 	for attempt := 0; ; attempt++ {
 		if p.sys.fp != fp {
+			// The image of the old content is unmounted by the reaper
+			// (pruneSharedImages) once its file is gone, not here: a
+			// sandbox starting now may be about to bind it.
 			image, err := p.buildSysImage(ctx, s, fp, hasTools)
 			if err != nil {
 				return "", false, err
-			}
-			if old := p.sys.image; old != "" && old != image {
-				p.dropSharedImage(s.stage, old)
 			}
 			p.sys.fp, p.sys.image = fp, image
 		}
