@@ -439,29 +439,29 @@ func findV2Parent(mounts []mountEntry, paths map[string]string) (dir string, sub
 func detectV1(mounts []mountEntry, paths map[string]string, probe string) (cgroupHost, string) {
 	h := cgroupHost{version: 1}
 	var missing []string
-	find := func(ctrl string) string {
+	find := func(ctrl string) (string, string) {
 		own, ok := paths[ctrl]
 		if !ok {
-			return ""
+			return "", ctrl + " is not in /proc/self/cgroup"
 		}
 		for _, m := range mounts {
 			if m.fstype != "cgroup" || !slices.Contains(strings.Split(m.super, ","), ctrl) {
 				continue
 			}
 			if dir, ok := hostDir(m, own); ok {
-				return dir
+				return dir, ""
 			}
 		}
-		return ""
+		return "", ctrl + " is not mounted"
 	}
 	for _, c := range []struct {
 		name string
 		dst  *string
 		file string
 	}{{"memory", &h.memory, "memory.limit_in_bytes"}, {"pids", &h.pids, "pids.max"}, {"cpu", &h.cpu, "cpu.shares"}} {
-		dir := find(c.name)
+		dir, why := find(c.name)
 		if dir == "" {
-			missing = append(missing, c.name+" is not mounted")
+			missing = append(missing, why)
 			continue
 		}
 		if err := probeV1(dir, probe, c.file); err != nil {

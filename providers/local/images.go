@@ -222,7 +222,7 @@ func mountImage(image, target string, readOnly bool) error {
 		return err
 	}
 	defer img.Close()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	ctl, err := os.OpenFile(loopControl, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("loop devices: %w", err)
 	}

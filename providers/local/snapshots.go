@@ -419,6 +419,40 @@ func (p *Provider) cleanLeftovers(s settings) {
 	p.collectTrees(s)
 }
 
+// stageBuild readies a builder sandbox's snapshot tree for writing by uid.
+func (p *Provider) stageBuild(s settings, st *stager, rec sandboxRecord) (string, error) {
+	if !strings.HasSuffix(rec.BuildDir, ".img") {
+		if err := os.Lchown(rec.BuildDir, rec.UID, rec.UID); err != nil {
+			return "", err
+		}
+		return st.path(rec.BuildDir, "snapshot"), nil
+	}
+	staged, root, err := st.image(rec.BuildDir, "snapshot", false)
+	if err != nil {
+		return "", err
+	}
+	defer root.close()
+	return staged, prepareRoot(root.path(), rec.UID)
+}
+
+// stageSnapshot returns where bwrap binds the sandbox's snapshot from: an
+// image is mounted once for every sandbox of this plugin process.
+func (p *Provider) stageSnapshot(s settings, st *stager, rec sandboxRecord) (string, error) {
+	const op = "create"
+	image := snapshotImagePath(s, rec.Snapshot, rec.SnapshotID)
+	if _, err := os.Stat(image); err != nil {
+		return st.path(snapshotTreeDir(s, rec.Snapshot, rec.SnapshotID), "snapshot"), nil
+	}
+	if s.stage == nil {
+		return "", providers.Errorf(providers.FailedPrecondition, op, "snapshot %q is an ext4 image, which only a plugin running as root can mount", rec.Snapshot)
+	}
+	dir, err := p.sharedImage(s.stage, image)
+	if err != nil {
+		return "", providers.Wrap(providers.Internal, op, fmt.Errorf("snapshot %s: %w", rec.Snapshot, err))
+	}
+	return dir, nil
+}
+
 // retireDirectorySnapshots forgets the snapshots an earlier plugin (or one
 // without root) built as directories: as root snapshots are images, and
 // the next EnsureSnapshot of the slug builds one. Snapshots are caches of
