@@ -97,7 +97,11 @@ func (h cgroupHost) create(cg *sandboxCgroup, l cgroupLimits) error {
 		return nil
 	}
 	var files [][2]string // path, value, in order
-	set := func(dir, file, value string) { files = append(files, [2]string{filepath.Join(dir, file), value}) }
+	set := func(dir, file, value string) {
+		if dir != "" { // a controller unenforced here
+			files = append(files, [2]string{filepath.Join(dir, file), value})
+		}
+	}
 	mem := strconv.FormatInt(l.memoryBytes, 10)
 	tasks := strconv.Itoa(l.tasks)
 	switch cg.Version {
@@ -107,7 +111,7 @@ func (h cgroupHost) create(cg *sandboxCgroup, l cgroupLimits) error {
 			set(cg.Memory, "memory.swap.max", "0")
 		}
 		set(cg.Pids, "pids.max", tasks)
-		if cg.CPU != "" && l.cpus > 0 {
+		if l.cpus > 0 {
 			set(cg.CPU, "cpu.max", fmt.Sprintf("%d %d", int64(math.Ceil(l.cpus*cpuPeriod)), cpuPeriod))
 			set(cg.CPU, "cpu.weight", strconv.Itoa(min(max(int(l.cpus*100), 1), 10000)))
 		}
@@ -121,7 +125,7 @@ func (h cgroupHost) create(cg *sandboxCgroup, l cgroupLimits) error {
 			set(cg.Memory, "memory.swappiness", "0")
 		}
 		set(cg.Pids, "pids.max", tasks)
-		if cg.CPU != "" && l.cpus > 0 {
+		if l.cpus > 0 {
 			set(cg.CPU, "cpu.cfs_period_us", strconv.Itoa(cpuPeriod))
 			set(cg.CPU, "cpu.cfs_quota_us", strconv.FormatInt(int64(math.Ceil(l.cpus*cpuPeriod)), 10))
 			set(cg.CPU, "cpu.shares", strconv.Itoa(max(int(l.cpus*1024), 2)))

@@ -692,3 +692,33 @@ func TestSandboxResources(t *testing.T) {
 		}
 	}
 }
+
+// A host where only some controllers are had (the others listed in
+// unenforced_limits) gets groups in those alone.
+func TestCgroupCreatePartial(t *testing.T) {
+	root := t.TempDir()
+	h := cgroupHost{version: 1, memory: root, swap: true}
+	cg := h.groupFor("sbx-1")
+	if cg.Pids != "" || cg.CPU != "" || len(cg.dirs()) != 1 {
+		t.Fatalf("groups = %+v", cg)
+	}
+	if err := os.Mkdir(cg.Memory, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+		if err := os.WriteFile(filepath.Join(cg.Memory, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 100, cpus: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"memory.limit_in_bytes", "memory.memsw.limit_in_bytes"} {
+		if b, _ := os.ReadFile(filepath.Join(cg.Memory, f)); string(b) != "67108864" {
+			t.Errorf("%s = %q", f, b)
+		}
+	}
+	if names := dirNames(t, cg.Memory); len(names) != 2 {
+		t.Errorf("files written: %v", names)
+	}
+}
