@@ -81,31 +81,10 @@ func makeImage(ctx context.Context, mkfs, path string, sizeMB int64, from string
 		args = append(args, "-d", from)
 	}
 	args = append(args, path)
-	if err := run(ctx, mkfs, args...); err != nil {
-		return err
-	}
-	if from != "" {
-		return nil
-	}
-	// mkfs makes lost+found, which would show in /workspace. Its
-	// neighbour debugfs removes it before anyone mounts the image.
-	return run(ctx, filepath.Join(filepath.Dir(mkfs), "debugfs"), "-w", "-R", "rmdir lost+found", path)
-}
-
-// run runs an e2fsprogs tool; its output is the error's detail.
-func run(ctx context.Context, tool string, args ...string) error {
-	cmd := exec.CommandContext(ctx, tool, args...)
+	cmd := exec.CommandContext(ctx, mkfs, args...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	out, err := cmd.CombinedOutput()
-	// debugfs exits 0 whatever happens; it prints its banner, and a
-	// request that failed says so.
-	for line := range strings.Lines(string(out)) {
-		if line = strings.TrimSpace(line); err == nil && line != "" && !strings.HasPrefix(line, "debugfs ") {
-			err = errors.New("failed")
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("%s %s: %v: %s", filepath.Base(tool), filepath.Base(args[len(args)-1]), err, strings.TrimSpace(string(out)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s: %v: %s", filepath.Base(path), err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }
@@ -291,19 +270,19 @@ func (r fsRoot) path() string { return fmt.Sprintf("/proc/self/fd/%d/.", r.f.Fd(
 func (r fsRoot) close() { r.f.Close() }
 
 // prepareRoot readies a file system's root for a sandbox: the empty
-// lost+found that mkfs -d makes goes (it would show in /workspace), and
-// the root belongs to uid.
-func prepareRoot(root string, uid int) error {
+// lost+found that mkfs makes goes (it would show in /workspace), and the
+// root belongs to uid. freed is what lost+found took.
+func prepareRoot(root string, uid int) (freed int64, err error) {
 	lf := filepath.Join(root, "lost+found")
 	if fi, err := os.Lstat(lf); err == nil && fi.IsDir() {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 {
-			_ = unix.Rmdir(lf) // only when empty
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Uid == 0 && unix.Rmdir(lf) == nil {
+			freed = st.Blocks * 512
 		}
 	}
 	if err := os.Chmod(root, 0o755); err != nil {
-		return err
+		return freed, err
 	}
-	return os.Lchown(root, uid, uid)
+	return freed, os.Lchown(root, uid, uid)
 }
 
 // sharedImages are the read-only images (snapshots, the agent and tools)

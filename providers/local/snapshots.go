@@ -432,7 +432,8 @@ func (p *Provider) stageBuild(s settings, st *stager, rec sandboxRecord) (string
 		return "", err
 	}
 	defer root.close()
-	return staged, prepareRoot(root.path(), rec.UID)
+	_, err = prepareRoot(root.path(), rec.UID)
+	return staged, err
 }
 
 // stageSnapshot returns where bwrap binds the sandbox's snapshot from: an

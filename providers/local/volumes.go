@@ -218,6 +218,9 @@ func (p *Provider) stageVolume(ctx context.Context, s settings, st *stager, m pr
 		if err := p.migrateVolume(ctx, s, meta); err != nil {
 			return "", providers.Wrap(providers.Internal, op, fmt.Errorf("volume %s: turning its directory into an image: %w", m.Volume, err))
 		}
+		if meta, err = readVolumeMeta(s, m.Volume); err != nil {
+			return "", providers.Wrap(providers.Internal, op, err)
+		}
 	}
 	image := volumeImage(s, m.Volume)
 	if err := waitDetached(ctx, image, imageReleaseWait); err != nil {
@@ -230,8 +233,17 @@ func (p *Provider) stageVolume(ctx context.Context, s settings, st *stager, m pr
 		return "", providers.Wrap(providers.Internal, op, fmt.Errorf("volume %s: %w", m.Volume, err))
 	}
 	defer root.close()
-	if err := prepareRoot(root.path(), uid); err != nil {
+	freed, err := prepareRoot(root.path(), uid)
+	if err != nil {
 		return "", providers.Wrap(providers.Internal, op, fmt.Errorf("volume %s: %w", m.Volume, err))
+	}
+	if freed > 0 {
+		// The metadata of the empty file system, which SizeBytes leaves
+		// out, was counted with lost+found.
+		meta.BaseBytes -= freed
+		if err := writeJSONFile(filepath.Join(volumeDir(s, m.Volume), "meta.json"), meta, 0o600); err != nil {
+			return "", providers.Wrap(providers.Internal, op, err)
+		}
 	}
 	if err := chownTree(root.path(), uid); err != nil {
 		return "", providers.Wrap(providers.Internal, op, fmt.Errorf("volume %s: %w", m.Volume, err))
