@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,6 +91,12 @@ func (l *LocalSettings) setDefaults() {
 	l.MaxAddressSpaceMB = 0
 	l.MaxOpenFiles = 1024
 	l.ToolsDir = "bin/sandbox"
+	l.TmpSizeMB = 512
+	l.HomeSizeMB = 512
+	l.WorkspaceSizeMB = 512
+	l.VolumeCapacityMB = 1024
+	l.SnapshotSizeMB = 8192
+	l.UnenforcedLimits = []string{}
 }
 
 // DefaultLocalROPaths are the host paths every local sandbox sees,
@@ -139,6 +146,28 @@ func (l *LocalSettings) check(c *Config, r *report) {
 	if l.BwrapPath != "" && !filepath.IsAbs(l.BwrapPath) {
 		r.add(t+".bwrap_path", "%s.bwrap_path: %q is not an absolute path (leave it empty to look bwrap up in PATH)", t, l.BwrapPath)
 	}
+	atLeast(r, t+".tmp_size_mb", l.TmpSizeMB, 1)
+	atLeast(r, t+".home_size_mb", l.HomeSizeMB, 1)
+	atLeast(r, t+".workspace_size_mb", l.WorkspaceSizeMB, 1)
+	atLeast(r, t+".volume_capacity_mb", l.VolumeCapacityMB, MinVolumeCapacityMB)
+	atLeast(r, t+".snapshot_size_mb", l.SnapshotSizeMB, MinVolumeCapacityMB)
+	for i, v := range l.UnenforcedLimits {
+		if !slices.Contains(UnenforceableLimits, v) {
+			r.add(index(t+".unenforced_limits", i), "%s.unenforced_limits[%d]: %q is not one of %s", t, i, v, strings.Join(quoteAll(UnenforceableLimits), ", "))
+		}
+	}
+}
+
+// MinVolumeCapacityMB is the smallest volume (and snapshot image) the local
+// provider makes: an ext4 file system with its journal needs a few MiB.
+const MinVolumeCapacityMB = 16
+
+func quoteAll(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.Quote(v)
+	}
+	return out
 }
 
 func (s *SandySettings) setDefaults() { *s = DefaultSandySettings() }

@@ -61,7 +61,28 @@ type LocalSettings struct {
 	ToolsDir string `toml:"tools_dir" json:"tools_dir"`
 	// BwrapPath is the bubblewrap binary ("" = look up "bwrap" in PATH).
 	BwrapPath string `toml:"bwrap_path" json:"bwrap_path"`
+	// Sizes in MiB of the writable scratch of every sandbox, each a tmpfs
+	// whose pages count against the sandbox's memory: /tmp, /home/sandbox,
+	// and /workspace when no volume is mounted there.
+	TmpSizeMB       int `toml:"tmp_size_mb" json:"tmp_size_mb"`
+	HomeSizeMB      int `toml:"home_size_mb" json:"home_size_mb"`
+	WorkspaceSizeMB int `toml:"workspace_size_mb" json:"workspace_size_mb"`
+	// VolumeCapacityMB is the capacity of a volume whose creator names
+	// none.
+	VolumeCapacityMB int `toml:"volume_capacity_mb" json:"volume_capacity_mb"`
+	// SnapshotSizeMB caps what a snapshot's setup commands may write.
+	SnapshotSizeMB int `toml:"snapshot_size_mb" json:"snapshot_size_mb"`
+	// UnenforcedLimits lists the limits (UnenforceableLimits) the operator
+	// accepts to go without on a host that lacks their mechanism; without
+	// it such a host refuses to run sandboxes.
+	UnenforcedLimits []string `toml:"unenforced_limits" json:"unenforced_limits"`
 }
+
+// UnenforceableLimits are the limits of the local provider that need a
+// mechanism a host may lack: cgroups for memory, processes and cpu, loop
+// devices (root) for volume_capacity. They are the values
+// unenforced_limits accepts.
+var UnenforceableLimits = []string{"memory", "processes", "cpu", "volume_capacity"}
 
 // SandySettings is [provider.sandy]: the Sandy sandbox service over HTTP.
 // The plugin decodes the same struct from the JSON the host sends it.

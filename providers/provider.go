@@ -137,6 +137,39 @@ type Capabilities struct {
 	// MaxLifetime is the longest lifetime a sandbox may ask for; 0 = no cap.
 	MaxLifetime time.Duration
 	Regions     []string
+	// Limits says how the provider enforces resource limits.
+	Limits Limits
+}
+
+// Limit names, as Limits.Enforced lists them.
+const (
+	LimitMemory         = "memory"          // Resources.MemoryMB; an exec killed for it reports OOM
+	LimitProcesses      = "processes"       // a cap on the processes (and threads) of a sandbox
+	LimitCPU            = "cpu"             // Resources.CPUs as a quota, else a fair share
+	LimitScratch        = "scratch"         // writable scratch (/tmp and the like) has a size
+	LimitVolumeCapacity = "volume_capacity" // VolumeSpec.CapacityMB: a writer past it gets ENOSPC
+)
+
+// Limits is how a provider enforces resource limits on its sandboxes. The
+// zero value says nothing: a hosted backend enforces what it enforces.
+type Limits struct {
+	// Cgroups is the control group mechanism in use ("v2", "v1", or
+	// "none"); "" when the provider does not run on cgroups of its own.
+	Cgroups string
+	// Volumes is how volume capacity is enforced ("ext4-image", or "none").
+	Volumes string
+	// Enforced lists the limits that hold (the Limit constants).
+	Enforced []string
+}
+
+// Enforces reports whether limit is among the enforced ones.
+func (l Limits) Enforces(limit string) bool {
+	for _, e := range l.Enforced {
+		if e == limit {
+			return true
+		}
+	}
+	return false
 }
 
 // Supports reports whether mode is one of the provider's network modes.
@@ -261,6 +294,11 @@ type ExecResult struct {
 	ExitCode int
 	Signal   string // e.g. "SIGKILL" when killed by a signal
 	TimedOut bool
+	// OOM is set when the command was killed because the sandbox ran out
+	// of memory (its memory limit): the kernel's OOM killer ended a
+	// process of the command while it ran, and the command ended by
+	// SIGKILL (or, as a shell reports a killed child, with status 137).
+	OOM      bool
 	Duration time.Duration
 }
 
@@ -321,9 +359,11 @@ type VolumeSpec struct {
 
 // Volume is a persistent directory that outlives sandboxes.
 type Volume struct {
-	Slug       string
-	Labels     map[string]string
+	Slug   string
+	Labels map[string]string
+	// CapacityMB is the most the volume holds; 0 = not capped.
 	CapacityMB int
-	SizeBytes  int64
-	CreatedAt  time.Time
+	// SizeBytes is the space its files take.
+	SizeBytes int64
+	CreatedAt time.Time
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what sandstep needs on this machine, idempotently: Debian packages
-# (bubblewrap, Chromium, poppler-utils, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
+# (bubblewrap, e2fsprogs, Chromium, poppler-utils, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
 # as root, and the npm packages pinned in package-lock.json. A second run does
 # nothing. A package that cannot be installed is an error, never a silent skip.
 set -euo pipefail
@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# mkfs.ext4: the local provider keeps volumes and snapshots as ext4 images,
+# so that a volume's capacity holds. A plugin's PATH may lack /sbin.
+[ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 # Headless Chromium for the crawler's browser mode (rendering pages that need
 # JavaScript); the local provider's sandboxes see it through /usr.
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)

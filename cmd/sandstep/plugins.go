@@ -112,6 +112,20 @@ func capabilities(c providers.Capabilities) string {
 	if len(c.Regions) > 0 {
 		out = append(out, "regions="+strings.Join(c.Regions, "|"))
 	}
+	if l := c.Limits; l.Cgroups != "" || l.Volumes != "" || len(l.Enforced) > 0 {
+		// limits=cgroup-v1:memory|processes|cpu|scratch|volume_capacity,volumes=ext4-image
+		enforced := strings.Join(l.Enforced, "|")
+		if enforced == "" {
+			enforced = "none"
+		}
+		if l.Cgroups != "" {
+			enforced = "cgroup-" + l.Cgroups + ":" + enforced
+		}
+		out = append(out, "limits="+enforced)
+		if l.Volumes != "" {
+			out = append(out, "volumes="+l.Volumes)
+		}
+	}
 	return strings.Join(out, ",")
 }
 

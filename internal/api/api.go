@@ -341,6 +341,16 @@ type capabilitiesView struct {
 	NetworkModes       []providers.NetworkMode `json:"network_modes"`
 	MaxLifetimeSeconds int64                   `json:"max_lifetime_seconds"`
 	Regions            []string                `json:"regions"`
+	Limits             limitsView              `json:"limits"`
+}
+
+// limitsView says how the provider enforces resource limits: the cgroup
+// version ("v2", "v1", "none"; "" for hosted backends), how volume
+// capacity holds, and which limits hold.
+type limitsView struct {
+	Cgroups  string   `json:"cgroups"`
+	Volumes  string   `json:"volumes"`
+	Enforced []string `json:"enforced"`
 }
 
 func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -360,6 +370,7 @@ func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) erro
 			ListByLabels: caps.ListByLabels, ExecStreaming: caps.ExecStreaming, FileAPI: caps.FileAPI,
 			PublicURL: caps.PublicURL, NetworkModes: nonNil(caps.NetworkModes),
 			MaxLifetimeSeconds: int64(caps.MaxLifetime / time.Second), Regions: nonNil(caps.Regions),
+			Limits: limitsView{Cgroups: caps.Limits.Cgroups, Volumes: caps.Limits.Volumes, Enforced: nonNil(caps.Limits.Enforced)},
 		},
 	}}
 	return writeJSON(w, http.StatusOK, v)

@@ -139,6 +139,7 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 			Volumes: true, Snapshots: true, ExecStreaming: true, FileAPI: true,
 			NetworkModes: []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
 			MaxLifetime:  2 * time.Hour,
+			Limits:       providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory, providers.LimitVolumeCapacity}},
 		}},
 		Auth:   auth,
 		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),

@@ -148,6 +148,9 @@ func (r *run) runAgent(id string) (int, []string, error) {
 	if res.TimedOut {
 		return 0, nil, fmt.Errorf("agent timed out after %s", timeout)
 	}
+	if res.OOM {
+		return 0, nil, fmt.Errorf("agent ran out of memory (the sandbox's memory limit, %d MiB)", r.p.Config.Sandbox.MemoryMB)
+	}
 	if res.ExitCode != 0 {
 		return 0, nil, fmt.Errorf("agent exited %d: %s", res.ExitCode, firstLine(stderr.String()))
 	}

@@ -139,6 +139,8 @@ type envConfig struct {
 	dir string
 	// db reuses another env's tables.
 	db *ddblocal.TestEnv
+	// local is appended to [provider.local].
+	local string
 }
 
 func newEnv(t testing.TB, ec envConfig) *env {
@@ -164,6 +166,7 @@ name = "local"
 plugin_dir = %q
 [provider.local]
 ro_paths = %s
+%s
 [sandbox]
 lifetime = "10m"
 [auth]
@@ -178,7 +181,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, pluginDir, roPaths, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, pluginDir, roPaths, ec.local, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)

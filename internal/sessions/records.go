@@ -61,16 +61,18 @@ type Result struct {
 	Success bool `json:"success"`
 	// Result is the JSON value of the code's last expression, null when
 	// there is none.
-	Result          json.RawMessage `json:"result"`
-	Error           *string         `json:"error"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
-	ExitCode        int             `json:"exit_code"`
-	DurationMS      int64           `json:"duration_ms"`
-	TimedOut        bool            `json:"timed_out,omitempty"`
-	StdoutTruncated bool            `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool            `json:"stderr_truncated,omitempty"`
-	ResultTruncated bool            `json:"result_truncated,omitempty"`
+	Result     json.RawMessage `json:"result"`
+	Error      *string         `json:"error"`
+	Stdout     string          `json:"stdout"`
+	Stderr     string          `json:"stderr"`
+	ExitCode   int             `json:"exit_code"`
+	DurationMS int64           `json:"duration_ms"`
+	TimedOut   bool            `json:"timed_out,omitempty"`
+	// OOM: the code was killed because the sandbox ran out of memory.
+	OOM             bool `json:"oom,omitempty"`
+	StdoutTruncated bool `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool `json:"stderr_truncated,omitempty"`
+	ResultTruncated bool `json:"result_truncated,omitempty"`
 }
 
 // Event is something that happened to a session that its client should

@@ -93,8 +93,10 @@ func newCaptures(r *redactor) (stdout, stderr *capture) {
 
 // result assembles what a run returns from what it printed and how it
 // ended.
-func result(language, mark string, stdout, stderr *capture, res providers.ExecResult, r *redactor) *Result {
-	out := &Result{ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), TimedOut: res.TimedOut, Result: json.RawMessage("null")}
+// memoryMB is the sandbox's memory limit, for the message of a run killed
+// for it.
+func result(language, mark string, stdout, stderr *capture, res providers.ExecResult, r *redactor, memoryMB int) *Result {
+	out := &Result{ExitCode: res.ExitCode, DurationMS: res.Duration.Milliseconds(), TimedOut: res.TimedOut, OOM: res.OOM, Result: json.RawMessage("null")}
 	var v verdict
 	found := false
 	outBytes, outTotal := stdout.head, stdout.total
@@ -122,6 +124,9 @@ func result(language, mark string, stdout, stderr *capture, res providers.ExecRe
 	switch {
 	case res.TimedOut:
 		out.Error = ptr("the run timed out after " + res.Duration.Round(time.Millisecond).String())
+	case res.OOM:
+		// Whatever the runner printed, the kernel ended the code.
+		out.Error = ptr(fmt.Sprintf("out of memory: the run was killed at the sandbox's memory limit (%d MiB)", memoryMB))
 	case found && !v.OK:
 		out.Error = v.Error
 		if out.Error == nil {

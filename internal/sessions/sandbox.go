@@ -118,9 +118,9 @@ func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code
 		if err != nil {
 			return nil, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: s.hide(err)}
 		}
-		out := result(run.Language, mark, stdout, stderr, res, s.redact)
+		out := result(run.Language, mark, stdout, stderr, res, s.redact, s.cfg.MemoryMB)
 		log.Info("run ended", "sandbox_id", sbID, "language", run.Language, "success", out.Success,
-			"exit_code", out.ExitCode, "duration_ms", out.DurationMS, "timed_out", out.TimedOut)
+			"exit_code", out.ExitCode, "duration_ms", out.DurationMS, "timed_out", out.TimedOut, "oom", out.OOM)
 		return out, nil
 	}
 }

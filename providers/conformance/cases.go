@@ -44,6 +44,11 @@ func Cases() []Case {
 		{Name: "snapshot-failed-setup", Requires: hasSnapshots, Run: caseSnapshotFailedSetup},
 		{Name: "snapshot-delete-in-use", Requires: hasSnapshots, Run: caseSnapshotDeleteInUse},
 
+		{Name: "limits-memory", Requires: enforces(providers.LimitMemory), Run: caseLimitsMemory},
+		{Name: "limits-volume-capacity", Requires: func(c providers.Capabilities) bool {
+			return c.Volumes && c.Limits.Enforces(providers.LimitVolumeCapacity)
+		}, Run: caseLimitsVolumeCapacity},
+
 		{Name: "network-none", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkNone) }, Run: caseNetworkNone},
 		{Name: "network-allowlist", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkAllowlist) }, Run: caseNetworkAllowlist},
 

@@ -50,7 +50,9 @@ func (p *Provider) open(ctx context.Context, op, id string, req request, deadlin
 	}
 	nc, err := dialUnix(ctx, s.sandboxDir(id)+"/agent.sock")
 	if err != nil {
-		if !sb.rec.alive() {
+		// A refused connection may be an agent on its way out: its
+		// socket closes before its process is gone.
+		if !sb.rec.alive() || goneWithin(sb.rec, time.Second) {
 			p.cleanup(sb.rec)
 			return nil, providers.Errorf(providers.NotFound, op, "sandbox %s has ended", id)
 		}
@@ -84,13 +86,22 @@ func (c *conn) broken(ctx context.Context, err error) error {
 	}
 	// When the agent dies, pid 1 follows a moment later: give it that
 	// moment before calling the failure transient.
-	for range 100 {
-		if !c.sb.rec.alive() {
-			return providers.Errorf(providers.NotFound, c.op, "sandbox %s ended during the request", c.sb.rec.ID)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if goneWithin(c.sb.rec, time.Second) {
+		return providers.Errorf(providers.NotFound, c.op, "sandbox %s ended during the request", c.sb.rec.ID)
 	}
 	return providers.Wrap(providers.Unavailable, c.op, fmt.Errorf("sandbox %s: %w", c.sb.rec.ID, err))
+}
+
+// goneWithin reports whether the sandbox's pid 1 is gone, or goes within d.
+func goneWithin(rec sandboxRecord, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		if !rec.alive() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // Exec runs a command and streams its output to req.Stdout and req.Stderr.
@@ -114,6 +125,7 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 		}
 	}
 	timeout := p.execTimeout(req.Timeout)
+	oom := p.watchOOM(id)
 	c, err := p.open(ctx, op, id, request{
 		Op:        opExec,
 		Argv:      argv,
@@ -174,6 +186,7 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 				ExitCode: res.ExitCode,
 				Signal:   res.Signal,
 				TimedOut: res.TimedOut,
+				OOM:      oom.killed(res),
 				Duration: time.Duration(res.DurationNS),
 			}, nil
 		}

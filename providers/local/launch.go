@@ -105,9 +105,11 @@ func ensureStageDir() error {
 // (sandboxes then run as the plugin's uid, which reaches its own
 // state_dir), a staged path otherwise.
 type stager struct {
-	ns    *stageNS
-	dir   string   // stageDir/<name of this launch>
-	pairs []string // host path, staged path, ...
+	ns     *stageNS
+	dir    string   // stageDir/<name of this launch>
+	made   bool     // dir exists (guarded by the staging thread)
+	pairs  []string // host path, staged path, ...
+	mounts []string // staged paths of mounted images
 }
 
 func newStager(ns *stageNS, name string) *stager {
@@ -136,7 +138,7 @@ func (st *stager) start(cmd *exec.Cmd, uid int) error {
 	}
 	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	return st.ns.do(func() error {
-		if err := os.Mkdir(st.dir, 0o711); err != nil {
+		if err := st.mkdir(); err != nil {
 			return err
 		}
 		for i := 0; i < len(st.pairs); i += 2 {
@@ -161,6 +163,42 @@ func (st *stager) start(cmd *exec.Cmd, uid int) error {
 	})
 }
 
+// mkdir makes the launch's directory; call it on the staging thread.
+func (st *stager) mkdir() error {
+	if st.made {
+		return nil
+	}
+	if err := os.Mkdir(st.dir, 0o711); err != nil {
+		return err
+	}
+	st.made = true
+	return nil
+}
+
+// image mounts the ext4 image for bwrap to bind from the returned path
+// (as root only, see images.go). The mount is made now, so that the caller
+// can prepare the file system through root before the sandbox starts.
+func (st *stager) image(image, name string, readOnly bool) (string, fsRoot, error) {
+	staged := filepath.Join(st.dir, name)
+	var root *os.File
+	err := st.ns.do(func() error {
+		if err := st.mkdir(); err != nil {
+			return err
+		}
+		if err := os.Mkdir(staged, 0o700); err != nil {
+			return err
+		}
+		st.mounts = append(st.mounts, staged)
+		if err := mountImage(image, staged, readOnly); err != nil {
+			return err
+		}
+		var err error
+		root, err = os.Open(staged)
+		return err
+	})
+	return staged, fsRoot{root}, err
+}
+
 // release unmounts and removes the staged paths. Removal is never
 // recursive: a path whose unmount failed still shows host files.
 func (st *stager) release() error {
@@ -169,8 +207,11 @@ func (st *stager) release() error {
 	}
 	return st.ns.do(func() error {
 		var errs []error
+		staged := append([]string(nil), st.mounts...)
 		for i := 1; i < len(st.pairs); i += 2 {
-			staged := st.pairs[i]
+			staged = append(staged, st.pairs[i])
+		}
+		for _, staged := range staged {
 			if err := unix.Unmount(staged, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 				errs = append(errs, fmt.Errorf("unmounting %s: %w", staged, err))
 				continue
@@ -179,8 +220,10 @@ func (st *stager) release() error {
 				errs = append(errs, err)
 			}
 		}
-		if err := os.Remove(st.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		if st.made {
+			if err := os.Remove(st.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 		return errors.Join(errs...)
 	})

@@ -4,13 +4,21 @@
 // A sandbox is a long-lived bwrap process with its own user, mount, pid, ipc,
 // uts and (unless the network policy is "all") network namespace, and no way
 // to make further user namespaces. Only the configured system directories
-// are visible, read-only; /tmp, /home/sandbox and /workspace are private
-// writable directories on the host, volumes are bound at their mount paths,
-// a snapshot is bound read-only at SnapshotPath. When the plugin runs as
-// root each sandbox runs as its own host uid from a configured range:
-// RLIMIT_NPROC is not enforced for host uid 0, not even inside a user
+// are visible, read-only; /tmp, /home/sandbox and (when no volume is mounted
+// there) /workspace are tmpfs mounts of bounded size, volumes are mounted at
+// their mount paths, a snapshot read-only at SnapshotPath. When the plugin
+// runs as root each sandbox runs as its own host uid from a configured
+// range: RLIMIT_NPROC is not enforced for host uid 0, not even inside a user
 // namespace, and a sandbox's files and processes then belong to it alone.
 // Commands see uid 1000.
+//
+// Resources are the kernel's to enforce: each sandbox has control groups of
+// its own (cgroup.go) capping its memory, tasks and CPU; its scratch is
+// tmpfs charged to its memory; as root, volumes, snapshots and the agent
+// with the tools are ext4 images (images.go), so that a volume holds its
+// capacity and nothing shows a sandbox where state_dir is. A host lacking a
+// mechanism is refused at Configure unless unenforced_limits lets the limit
+// go (limits.go).
 //
 // PID 1 inside is the provider binary itself in agent mode (see
 // RunSandboxRole), so that the sandbox ends whenever the agent does and
@@ -27,10 +35,9 @@
 // restarted plugin knows the live sandboxes again and cleans up dead ones;
 // several plugin processes may share one state_dir.
 //
-// Not enforced: CreateSpec.Resources (memory, CPUs and disk are bounded only
-// by the rlimits in the settings), a volume's CapacityMB, and Secret.Hosts
-// (secrets are environment variables). Priority, Preemptible, Flavor and
-// Region are ignored.
+// Not enforced: Resources.DiskMB (scratch sizes are the settings') and
+// Secret.Hosts (secrets are environment variables). Priority, Preemptible,
+// Flavor and Region are ignored.
 package local
 
 import (
@@ -43,6 +50,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -88,7 +96,10 @@ const (
 	defaultSnapshotTimeout = 15 * time.Minute
 	reapInterval           = 10 * time.Second
 	// shmSize bounds /dev/shm, as Docker's default does.
-	shmSize = 64 << 20
+	shmSize           = 64 << 20
+	defaultScratchMB  = 512
+	defaultVolumeMB   = 1024
+	defaultSnapshotMB = 8192
 )
 
 // Provider is the local bubblewrap provider. Create it with New and call
@@ -119,6 +130,10 @@ type Provider struct {
 	stage     *stageNS
 	stageErr  error
 
+	// Images this process mounted in its staging namespace (as root).
+	shared sharedImages
+	sys    sysImage
+
 	reapOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -138,6 +153,21 @@ type settings struct {
 	toolsDir    string   // host folder bound read-only at ToolsPath ("" = none)
 	isRoot      bool     // sandboxes get uids of their own
 	stage       *stageNS // as root: where bwrap is started from
+
+	// maxTasks caps a sandbox's tasks (its pids cgroup): max_processes
+	// for the commands and agentTasks for the agent and supervisors.
+	maxTasks int
+	// Sizes of the scratch tmpfs mounts, in bytes.
+	tmpSize, homeSize, workSize int64
+	volumeCapacityMB            int
+	snapshotSizeMB              int
+	unenforced                  []string
+
+	// Found at Configure (enforceLimits).
+	cgroups    cgroupHost
+	images     bool   // volumes, snapshots, agent and tools are ext4 images
+	mkfs       string // mkfs.ext4, when images
+	limitsInfo providers.Limits
 }
 
 // New returns an unconfigured provider.
@@ -167,8 +197,11 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-// Info describes the provider.
+// Info describes the provider; what it enforces is known once configured.
 func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
+	p.mu.Lock()
+	limits := p.s.limitsInfo
+	p.mu.Unlock()
 	return providers.Info{
 		Name:       "local",
 		Version:    version.Version,
@@ -182,6 +215,7 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 			FileAPI:        true,
 			PublicURL:      false,
 			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
+			Limits:         limits,
 		},
 	}, nil
 }
@@ -216,7 +250,10 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 		}
 		s.stage = p.stage
 	}
-	if err := probe(ctx, s); err != nil {
+	if err := p.enforceLimits(ctx, &s); err != nil {
+		return err
+	}
+	if err := p.probe(ctx, s); err != nil {
 		return err
 	}
 
@@ -231,7 +268,8 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 
 	p.reload()
 	p.reapOnce.Do(func() { go p.reapLoop() })
-	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", s.isRoot)
+	p.log.Info("configured", "state_dir", s.stateDir, "bwrap", s.bwrap, "root", s.isRoot,
+		"cgroups", s.limitsInfo.Cgroups, "volumes", s.limitsInfo.Volumes, "enforced", s.limitsInfo.Enforced)
 	return nil
 }
 
@@ -250,6 +288,8 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 		"max_processes": ls.MaxProcesses, "max_file_size_mb": ls.MaxFileSizeMB, "max_cpu_seconds": ls.MaxCPUSeconds,
 		"max_address_space_mb": ls.MaxAddressSpaceMB, "max_open_files": ls.MaxOpenFiles,
 		"uid_range_start": ls.UIDRangeStart, "uid_range_size": ls.UIDRangeSize,
+		"tmp_size_mb": ls.TmpSizeMB, "home_size_mb": ls.HomeSizeMB, "workspace_size_mb": ls.WorkspaceSizeMB,
+		"volume_capacity_mb": ls.VolumeCapacityMB, "snapshot_size_mb": ls.SnapshotSizeMB,
 	} {
 		if v < 0 {
 			return bad("%s must not be negative (0 = default)", name)
@@ -274,6 +314,18 @@ func resolveSettings(ls config.LocalSettings) (settings, error) {
 		},
 	}
 	s.maxFileSize = int64(s.limits.FSize)
+	s.maxTasks = int(s.limits.NProc) + agentTasks
+	s.tmpSize = int64(orDefault(ls.TmpSizeMB, defaultScratchMB)) << 20
+	s.homeSize = int64(orDefault(ls.HomeSizeMB, defaultScratchMB)) << 20
+	s.workSize = int64(orDefault(ls.WorkspaceSizeMB, defaultScratchMB)) << 20
+	s.volumeCapacityMB = max(orDefault(ls.VolumeCapacityMB, defaultVolumeMB), config.MinVolumeCapacityMB)
+	s.snapshotSizeMB = max(orDefault(ls.SnapshotSizeMB, defaultSnapshotMB), config.MinVolumeCapacityMB)
+	for _, l := range ls.UnenforcedLimits {
+		if !slices.Contains(config.UnenforceableLimits, l) {
+			return bad("unenforced_limits: %q is not one of %s", l, strings.Join(config.UnenforceableLimits, ", "))
+		}
+	}
+	s.unenforced = ls.UnenforcedLimits
 	// bubblewrap writes uid maps with printf's %d: a uid above the largest
 	// int32 becomes negative and the kernel refuses the map.
 	if int64(s.uidStart)+int64(s.uidSize)-1 > math.MaxInt32 {
@@ -369,7 +421,7 @@ func roBindArgs(paths []string) []string {
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:
 // sandboxes reach their directories only through bind mounts.
 func prepareStateDir(dir string) error {
-	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "snapshots/trees", "bin", "locks"} {
+	for _, sub := range []string{"", "sandboxes", "volumes", "snapshots", "snapshots/trees", "bin", "images", "locks"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return providers.Wrap(providers.FailedPrecondition, "configure", fmt.Errorf("state_dir: %w", err))
 		}
@@ -436,18 +488,22 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // probe starts one throw-away sandbox, so that a machine where user
 // namespaces are disabled or the agent cannot run fails at Configure with
 // bubblewrap's own words instead of at the first Create.
-func probe(ctx context.Context, s settings) error {
+func (p *Provider) probe(ctx context.Context, s settings) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st := newStager(s.stage, "probe-"+newID())
+	agent, _, err := p.systemFiles(ctx, s, st)
+	if err != nil {
+		return providers.Wrap(providers.FailedPrecondition, "configure", err)
+	}
 	args := []string{"--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID)}
 	args = append(args, s.roArgs...)
-	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--", agentPath, roleProbe)
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--ro-bind", agent, agentPath, "--", agentPath, roleProbe)
 	cmd := exec.CommandContext(ctx, s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := st.start(cmd, s.uidStart)
+	err = st.start(cmd, s.uidStart)
 	if err == nil {
 		err = cmd.Wait()
 	}
@@ -484,6 +540,9 @@ func (p *Provider) reapLoop() {
 			return
 		case <-t.C:
 			p.reap()
+			if s, err := p.ready(); err == nil && s.stage != nil {
+				p.pruneSharedImages(s.stage)
+			}
 		}
 	}
 }
@@ -527,6 +586,9 @@ func (p *Provider) reload() {
 		}
 	}
 	if s, err := p.ready(); err == nil {
+		if s.images {
+			p.retireDirectorySnapshots(s)
+		}
 		p.cleanLeftovers(s)
 	}
 }

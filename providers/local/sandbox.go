@@ -47,9 +47,15 @@ type sandboxRecord struct {
 	CreatedAt   time.Time             `json:"created_at"`
 	ExpiresAt   time.Time             `json:"expires_at"`
 	IdleTimeout time.Duration         `json:"idle_timeout,omitempty"`
-	// BuildDir is the host directory of a snapshot being built, mounted
-	// writable at SnapshotPath (builder sandboxes only).
+	// BuildDir is the tree of a snapshot being built, a host directory or
+	// an ext4 image (.img), mounted writable at SnapshotPath (builder
+	// sandboxes only).
 	BuildDir string `json:"build_dir,omitempty"`
+	// MemoryMB and CPUs are the sandbox's resources; Cgroup its control
+	// groups (nil where none are enforced).
+	MemoryMB int            `json:"memory_mb,omitempty"`
+	CPUs     float64        `json:"cpus,omitempty"`
+	Cgroup   *sandboxCgroup `json:"cgroup,omitempty"`
 
 	// The outer bwrap process and the sandbox's pid 1, each with its start
 	// time so that a reused pid is not taken for the sandbox.
@@ -288,6 +294,9 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 	if rec.Mounts, err = normalizeMounts(spec.Mounts, s.roPaths); err != nil {
 		return rec, err
 	}
+	if rec.MemoryMB, rec.CPUs, err = sandboxResources(spec.Resources, defaults); err != nil {
+		return rec, err
+	}
 	for k, v := range spec.Env {
 		if err := checkEnv(k, v); err != nil {
 			return rec, err
@@ -389,6 +398,9 @@ func (p *Provider) reserve(s settings, rec *sandboxRecord) (map[string]string, e
 	} else {
 		rec.UID = os.Getuid()
 	}
+	// Named before they exist, so that whoever cleans up after this
+	// sandbox finds them.
+	rec.Cgroup = s.cgroups.groupFor(rec.ID)
 	if err := writeJSONFile(s.recordPath(rec.ID), rec, 0o600); err != nil {
 		return nil, providers.Wrap(providers.Internal, op, err)
 	}
@@ -472,46 +484,28 @@ func normalizeMounts(mounts []providers.Mount, roPaths []string) ([]providers.Mo
 	return out, nil
 }
 
-// start prepares the sandbox's directories and starts bwrap with the agent.
+// start gives the sandbox its cgroups and mounts and starts bwrap with the
+// agent.
 func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env []string) (*sandbox, error) {
 	const op = "create"
 	log := p.log.With("sandbox_id", rec.ID)
 	dir := s.sandboxDir(rec.ID)
-	priv := filepath.Join(dir, "root")
 	uid := rec.UID
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		return nil, providers.Wrap(providers.Internal, op, err)
 	}
-	for _, d := range []struct {
-		path string
-		mode os.FileMode
-	}{{priv, 0o700}, {filepath.Join(priv, "tmp"), 0o1777}, {filepath.Join(priv, "home"), 0o755}, {filepath.Join(priv, "workspace"), 0o755}} {
-		if err := os.Mkdir(d.path, d.mode); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
-		}
-		// Mkdir applies the umask; tmp needs its exact 1777.
-		if err := os.Chmod(d.path, d.mode); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
-		}
-		if err := os.Lchown(d.path, uid, uid); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
-		}
-	}
-	// Volume files must belong to the sandbox's uid to be writable. This
-	// walks the whole volume: one lstat per file, a chown only for files
-	// that changed hands, i.e. after a different sandbox used it.
-	for _, m := range rec.Mounts {
-		if err := chownTree(volumeDataDir(s, m.Volume), uid); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("volume %s: %w", m.Volume, err))
-		}
-	}
-	if rec.BuildDir != "" {
-		if err := os.Lchown(rec.BuildDir, uid, uid); err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
-		}
+	if err := s.cgroups.create(rec.Cgroup, cgroupLimits{memoryBytes: int64(rec.MemoryMB) << 20, tasks: s.maxTasks, cpus: rec.CPUs}); err != nil {
+		return nil, providers.Wrap(providers.Internal, op, err)
 	}
 
 	st := newStager(s.stage, rec.ID)
+	// Once bwrap has made its own mount namespace (it has when it says it
+	// is ready), or when it never starts.
+	defer func() {
+		if err := st.release(); err != nil {
+			log.Warn("releasing staged directories", "err", err)
+		}
+	}()
 	args := []string{"--unshare-all"}
 	if rec.Network == providers.NetworkAll {
 		args = append(args, "--share-net")
@@ -521,35 +515,53 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
 	args = append(args, s.roArgs...)
 	// bwrap's /dev is a tmpfs the sandbox could fill RAM through: it is made
-	// read-only, and shared memory gets a tmpfs of bounded size.
+	// read-only, and shared memory gets a tmpfs of bounded size. The
+	// scratch directories are tmpfs mounts of bounded size too, private to
+	// the sandbox; what they hold counts against its memory.
 	args = append(args, "--proc", "/proc", "--dev", "/dev",
 		"--size", fmt.Sprint(shmSize), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-		"--bind", st.path(filepath.Join(priv, "tmp"), "tmp"), "/tmp",
-		"--bind", st.path(filepath.Join(priv, "home"), "home"), homePath)
+		"--size", fmt.Sprint(s.tmpSize), "--perms", "1777", "--tmpfs", "/tmp",
+		"--size", fmt.Sprint(s.homeSize), "--perms", "0755", "--tmpfs", homePath)
 	workMounted := false
 	for _, m := range rec.Mounts {
 		workMounted = workMounted || m.Path == workPath
 	}
 	if !workMounted {
-		args = append(args, "--bind", st.path(filepath.Join(priv, "workspace"), "workspace"), workPath)
+		args = append(args, "--size", fmt.Sprint(s.workSize), "--perms", "0755", "--tmpfs", workPath)
 	}
 	switch {
 	case rec.BuildDir != "":
-		args = append(args, "--bind", st.path(rec.BuildDir, "snapshot"), SnapshotPath)
+		src, err := p.stageBuild(s, st, rec)
+		if err != nil {
+			return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("snapshot build: %w", err))
+		}
+		args = append(args, "--bind", src, SnapshotPath)
 	case rec.Snapshot != "":
-		args = append(args, "--ro-bind", st.path(snapshotTreeDir(s, rec.Snapshot, rec.SnapshotID), "snapshot"), SnapshotPath)
+		src, err := p.stageSnapshot(s, st, rec)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--ro-bind", src, SnapshotPath)
 	}
-	if s.toolsDir != "" {
-		args = append(args, "--ro-bind", st.path(s.toolsDir, "tools"), ToolsPath)
+	agent, tools, err := p.systemFiles(ctx, s, st)
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, op, err)
+	}
+	if tools != "" {
+		args = append(args, "--ro-bind", tools, ToolsPath)
 	}
 	for i, m := range rec.Mounts {
+		src, err := p.stageVolume(ctx, s, st, m, fmt.Sprintf("volume%d", i), uid)
+		if err != nil {
+			return nil, err
+		}
 		bind := "--bind"
 		if m.ReadOnly {
 			bind = "--ro-bind"
 		}
-		args = append(args, bind, st.path(volumeDataDir(s, m.Volume), fmt.Sprintf("volume%d", i)), m.Path)
+		args = append(args, bind, src, m.Path)
 	}
-	args = append(args, "--ro-bind", st.path(s.agentBin, "agent"), agentPath, "--remount-ro", "/", "--", agentPath, roleAgent)
+	args = append(args, "--ro-bind", agent, agentPath, "--remount-ro", "/", "--", agentPath, roleAgent)
 
 	ln, err := listenUnix(filepath.Join(dir, "agent.sock"))
 	if err != nil {
@@ -601,11 +613,6 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR}
 	err = st.start(cmd, uid)
-	defer func() {
-		if err := st.release(); err != nil {
-			log.Warn("releasing staged directories", "err", err)
-		}
-	}()
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("starting bwrap: %w", err))
 	}
@@ -635,6 +642,11 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		}
 		if err := json.NewDecoder(infoR).Decode(&info); err != nil || info.ChildPID <= 0 {
 			startedCh <- started{err: errors.New("bwrap ended before starting the sandbox")}
+			return
+		}
+		// Into the sandbox's cgroups before the agent starts anything.
+		if err := confine(rec.Cgroup, cmd.Process.Pid, info.ChildPID); err != nil {
+			startedCh <- started{initPID: info.ChildPID, err: err}
 			return
 		}
 		line, err := bufio.NewReader(readyR).ReadString('\n')
@@ -821,8 +833,9 @@ func (p *Provider) kill(ctx context.Context, sb *sandbox) {
 	}
 }
 
-// cleanup removes what a dead sandbox leaves: its private directories, its
-// socket and its record (last, so an interrupted cleanup is redone).
+// cleanup removes what a dead sandbox leaves: its cgroups, its directory
+// with its socket, and its record (last, so an interrupted cleanup is
+// redone).
 func (p *Provider) cleanup(rec sandboxRecord) {
 	s, err := p.ready()
 	if err != nil {
@@ -840,6 +853,10 @@ func (p *Provider) cleanup(rec sandboxRecord) {
 		}
 	}
 	p.forget(rec.ID)
+	if err := rec.Cgroup.remove(); err != nil {
+		p.log.Warn("removing the sandbox's cgroups", "sandbox_id", rec.ID, "err", err)
+		return
+	}
 	if err := removeAll(s.sandboxDir(rec.ID)); err != nil {
 		p.log.Warn("removing sandbox directory", "sandbox_id", rec.ID, "err", err)
 		return

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -107,6 +108,11 @@ func runShim(args []string) int {
 // limits are set on it with prlimit, and only then does it run. This costs
 // no extra process, unlike an exec helper that limits itself and then
 // executes the command.
+//
+// The same stop puts the command first in line for the OOM killer
+// (oom_score_adj 1000): a sandbox out of memory loses a command's process,
+// never its agent or the exec's supervisor, and a host out of memory loses
+// sandboxed code before anything else.
 func startLimited(cwd string, lim rlimits, argv []string) (int, error) {
 	path, err := lookPath(argv[0], os.Getenv("PATH"))
 	if err != nil {
@@ -115,38 +121,73 @@ func startLimited(cwd string, lim rlimits, argv []string) (int, error) {
 	// ptrace requests must come from the thread that started the tracee.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Dir:   cwd,
-		Env:   os.Environ(),
-		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{Ptrace: true},
-	})
-	if err != nil {
-		return 0, err
-	}
-	abandon := func(err error) (int, error) {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		var ws unix.WaitStatus
-		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
-		return 0, err
-	}
-	var ws unix.WaitStatus
-	for {
-		_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
+	for attempt := 0; ; attempt++ {
+		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+			Dir:   cwd,
+			Env:   os.Environ(),
+			Files: []uintptr{0, 1, 2},
+			Sys:   &syscall.SysProcAttr{Ptrace: true},
+		})
+		if err != nil {
+			return 0, err
 		}
+		abandon := func(err error) (int, error) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+			return 0, err
+		}
+		var ws unix.WaitStatus
+		for {
+			_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		if err != nil || !ws.Stopped() {
+			return abandon(fmt.Errorf("the command did not stop after exec (%v, status %#x)", err, int(ws)))
+		}
+		if err := oomFirst(pid); err != nil {
+			if attempt > 0 {
+				return abandon(err)
+			}
+			// An executable the sandbox user may not read leaves the
+			// process's /proc files to root. The shim then puts itself
+			// first in line, and starts the command again to inherit it.
+			_, _ = abandon(err)
+			if err := os.WriteFile("/proc/self/oom_score_adj", []byte(oomFirstAdj), 0); err != nil {
+				return 0, fmt.Errorf("oom_score_adj: %w", err)
+			}
+			continue
+		}
+		if err := lim.apply(pid); err != nil {
+			return abandon(err)
+		}
+		if err := unix.PtraceDetach(pid); err != nil {
+			return abandon(fmt.Errorf("ptrace detach: %w", err))
+		}
+		return pid, nil
 	}
-	if err != nil || !ws.Stopped() {
-		return abandon(fmt.Errorf("the command did not stop after exec (%v, status %#x)", err, int(ws)))
+}
+
+// oomFirstAdj is the oom_score_adj of every command: the highest, so that
+// the OOM killer takes a command's process before the agent's.
+const oomFirstAdj = "1000"
+
+// oomFirst gives process pid, a child of this process, oom_score_adj
+// oomFirstAdj unless it has it already. Raising it needs no privilege.
+func oomFirst(pid int) error {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return err
 	}
-	if err := lim.apply(pid); err != nil {
-		return abandon(err)
+	if strings.TrimSpace(string(b)) == oomFirstAdj {
+		return nil
 	}
-	if err := unix.PtraceDetach(pid); err != nil {
-		return abandon(fmt.Errorf("ptrace detach: %w", err))
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(oomFirstAdj), 0); err != nil {
+		return fmt.Errorf("oom_score_adj of the command: %w", err)
 	}
-	return pid, nil
+	return nil
 }
 
 // lookPath resolves file against PATH as a shell does. exec.LookPath is not

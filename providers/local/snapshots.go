@@ -18,9 +18,12 @@ import (
 // the slug.
 const LabelSnapshotBuild = "sandstep.snapshot-build"
 
-// A snapshot is a tree, state_dir/snapshots/trees/<slug>@<id>/, which
-// sandboxes mount read-only at SnapshotPath, and its meta,
-// state_dir/snapshots/<slug>.json, which names the tree. The meta is written
+// A snapshot is a tree, which sandboxes mount read-only at SnapshotPath,
+// and its meta, state_dir/snapshots/<slug>.json, which names the tree. As
+// root the tree is an ext4 image, state_dir/snapshots/trees/<slug>@<id>.img
+// of snapshot_size_mb that the build writes into and that the plugin
+// mounts once for all sandboxes (see images.go); without root it is a
+// directory, state_dir/snapshots/trees/<slug>@<id>/. The meta is written
 // (atomically) only once the tree is complete, so a snapshot exists whole
 // or not at all. Deleting removes the meta at once and the tree when no
 // live sandbox mounts it any more (collectTrees): sandboxes booted from a
@@ -32,7 +35,12 @@ type snapshotMeta struct {
 	Env       map[string]string `json:"env,omitempty"`
 	SizeBytes int64             `json:"size_bytes"`
 	CreatedAt time.Time         `json:"created_at"`
+	// Format is formatExt4 for an image tree, "" for a directory.
+	Format string `json:"format,omitempty"`
 }
+
+// formatExt4 marks volumes and snapshots kept as ext4 images.
+const formatExt4 = "ext4"
 
 func snapshotMetaPath(s settings, slug string) string {
 	return filepath.Join(s.stateDir, "snapshots", slug+".json")
@@ -40,6 +48,10 @@ func snapshotMetaPath(s settings, slug string) string {
 
 func snapshotTreeDir(s settings, slug, id string) string {
 	return filepath.Join(s.stateDir, "snapshots", "trees", slug+"@"+id)
+}
+
+func snapshotImagePath(s settings, slug, id string) string {
+	return snapshotTreeDir(s, slug, id) + ".img"
 }
 
 func snapshotLockPath(s settings, slug string) string {
@@ -143,13 +155,22 @@ func (p *Provider) build(ctx context.Context, s settings, spec providers.Snapsho
 
 	id := strings.TrimPrefix(newID(), "sbx-")
 	tree := snapshotTreeDir(s, spec.Slug, id)
+	format := ""
+	if s.images {
+		tree, format = snapshotImagePath(s, spec.Slug, id), formatExt4
+	}
 	published := false
 	defer func() {
 		if !published {
 			_ = removeAll(tree)
 		}
 	}()
-	if err := os.Mkdir(tree, 0o755); err != nil {
+	if s.images {
+		err = makeImage(ctx, s.mkfs, tree, int64(s.snapshotSizeMB), "", false)
+	} else {
+		err = os.Mkdir(tree, 0o755)
+	}
+	if err != nil {
 		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
 	}
 
@@ -189,12 +210,32 @@ func (p *Provider) build(ctx context.Context, s settings, spec providers.Snapsho
 			return providers.Snapshot{}, providers.Errorf(providers.DeadlineExceeded, op, "snapshot %s: setup command %d timed out after %s; output ends with:\n%s", spec.Slug, i+1, timeout, out)
 		}
 		if res.ExitCode != 0 {
-			return providers.Snapshot{}, providers.Errorf(providers.FailedPrecondition, op, "snapshot %s: setup command %d (%q) exited with %d; output ends with:\n%s", spec.Slug, i+1, cmd, res.ExitCode, out)
+			hint := ""
+			if s.images && strings.Contains(out.String(), "No space left on device") {
+				hint = fmt.Sprintf(" (a snapshot holds at most snapshot_size_mb = %d MiB)", s.snapshotSizeMB)
+			}
+			return providers.Snapshot{}, providers.Errorf(providers.FailedPrecondition, op, "snapshot %s: setup command %d (%q) exited with %d%s; output ends with:\n%s", spec.Slug, i+1, cmd, res.ExitCode, hint, out)
 		}
 	}
 	terminate()
 
-	if err := sealTree(tree, s.isRoot); err != nil {
+	var size int64
+	seal := func(root string) error {
+		if err := sealTree(root, s.isRoot); err != nil {
+			return err
+		}
+		size = treeSize(root)
+		return nil
+	}
+	if s.images {
+		// Sealed through a mount of its own once the builder's is gone,
+		// and published only when that is gone too, so that sandboxes'
+		// read-only mounts are the image's only ones.
+		err = p.withImage(ctx, s.stage, tree, seal)
+	} else {
+		err = seal(tree)
+	}
+	if err != nil {
 		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, fmt.Errorf("snapshot %s: %w", spec.Slug, err))
 	}
 	m := snapshotMeta{
@@ -202,8 +243,9 @@ func (p *Provider) build(ctx context.Context, s settings, spec providers.Snapsho
 		ID:        id,
 		Labels:    copyMap(spec.Labels),
 		Env:       copyMap(spec.Env),
-		SizeBytes: treeSize(tree),
+		SizeBytes: size,
 		CreatedAt: time.Now().UTC(),
+		Format:    format,
 	}
 	if err := writeJSONFile(snapshotMetaPath(s, spec.Slug), m, 0o600); err != nil {
 		return providers.Snapshot{}, providers.Wrap(providers.Internal, op, err)
@@ -320,14 +362,17 @@ func (p *Provider) collectTrees(s settings) {
 	for _, r := range recs {
 		if r.alive() {
 			inUse[r.Snapshot+"@"+r.SnapshotID] = true
-			inUse[filepath.Base(r.BuildDir)] = true
+			inUse[strings.TrimSuffix(filepath.Base(r.BuildDir), ".img")] = true
 		}
 	}
 	for _, e := range entries {
-		if inUse[e.Name()] {
+		// A tree is a directory or an image; a build's image is there
+		// from the start, and its slug's lock is held meanwhile.
+		key, isImage := strings.CutSuffix(e.Name(), ".img")
+		if inUse[key] {
 			continue
 		}
-		slug, _, ok := strings.Cut(e.Name(), "@")
+		slug, _, ok := strings.Cut(key, "@")
 		if !ok {
 			continue
 		}
@@ -338,9 +383,12 @@ func (p *Provider) collectTrees(s settings) {
 		// A build that finished after the metas were read above has
 		// published this tree and let go of its lock: ask again, now
 		// that no build of the slug can be running.
-		if m, err := readSnapshotMeta(s, slug); err == nil && slug+"@"+m.ID == e.Name() {
+		if m, err := readSnapshotMeta(s, slug); err == nil && slug+"@"+m.ID == key {
 			lock.Close()
 			continue
+		}
+		if isImage {
+			p.dropSharedImage(s.stage, filepath.Join(dir, e.Name()))
 		}
 		if err := removeAll(filepath.Join(dir, e.Name())); err != nil {
 			p.log.Warn("removing an unused snapshot tree", "tree", e.Name(), "err", err)
@@ -357,18 +405,78 @@ func (p *Provider) cleanLeftovers(s settings) {
 	if err != nil {
 		return
 	}
-	for _, dir := range []string{"volumes", "snapshots", "sandboxes"} {
+	for _, dir := range []string{"volumes", "snapshots", "sandboxes", "images"} {
 		dir = filepath.Join(s.stateDir, dir)
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			name := e.Name()
-			if strings.HasPrefix(name, ".trash-") || strings.HasPrefix(name, ".new-") || strings.Contains(name, ".tmp-sbx-") {
+			if strings.HasPrefix(name, ".trash-") || strings.HasPrefix(name, ".new-") || strings.HasPrefix(name, ".build-") || strings.Contains(name, ".tmp-sbx-") {
 				_ = removeAll(filepath.Join(dir, name))
 			}
 		}
 	}
 	unlock()
 	p.collectTrees(s)
+}
+
+// stageBuild readies a builder sandbox's snapshot tree for writing by uid.
+func (p *Provider) stageBuild(s settings, st *stager, rec sandboxRecord) (string, error) {
+	if !strings.HasSuffix(rec.BuildDir, ".img") {
+		if err := os.Lchown(rec.BuildDir, rec.UID, rec.UID); err != nil {
+			return "", err
+		}
+		return st.path(rec.BuildDir, "snapshot"), nil
+	}
+	staged, root, err := st.image(rec.BuildDir, "snapshot", false)
+	if err != nil {
+		return "", err
+	}
+	defer root.close()
+	_, err = prepareRoot(root.path(), rec.UID)
+	return staged, err
+}
+
+// stageSnapshot returns where bwrap binds the sandbox's snapshot from: an
+// image is mounted once for every sandbox of this plugin process.
+func (p *Provider) stageSnapshot(s settings, st *stager, rec sandboxRecord) (string, error) {
+	const op = "create"
+	image := snapshotImagePath(s, rec.Snapshot, rec.SnapshotID)
+	if _, err := os.Stat(image); err != nil {
+		return st.path(snapshotTreeDir(s, rec.Snapshot, rec.SnapshotID), "snapshot"), nil
+	}
+	if s.stage == nil {
+		return "", providers.Errorf(providers.FailedPrecondition, op, "snapshot %q is an ext4 image, which only a plugin running as root can mount", rec.Snapshot)
+	}
+	dir, err := p.sharedImage(s.stage, image)
+	if err != nil {
+		return "", providers.Wrap(providers.Internal, op, fmt.Errorf("snapshot %s: %w", rec.Snapshot, err))
+	}
+	return dir, nil
+}
+
+// retireDirectorySnapshots forgets the snapshots an earlier plugin (or one
+// without root) built as directories: as root snapshots are images, and
+// the next EnsureSnapshot of the slug builds one. Snapshots are caches of
+// their setup commands, so nothing is lost; sandboxes running on an old
+// tree keep it until they end (collectTrees).
+func (p *Provider) retireDirectorySnapshots(s settings) {
+	unlock, err := p.lock(s)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	metas, _ := os.ReadDir(filepath.Join(s.stateDir, "snapshots"))
+	for _, e := range metas {
+		slug, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		if m, err := readSnapshotMeta(s, slug); err == nil && m.Format != formatExt4 {
+			if err := os.Remove(snapshotMetaPath(s, slug)); err == nil {
+				p.log.Info("snapshot built as a directory retired; it is built again as an image when next ensured", "snapshot", slug)
+			}
+		}
+	}
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -105,8 +105,20 @@ func infoToProto(i providers.Info) *pb.InfoResponse {
 			NetworkModes:   modes,
 			MaxLifetime:    durToProto(c.MaxLifetime),
 			Regions:        c.Regions,
+			Limits:         limitsToProto(c.Limits),
 		},
 	}
+}
+
+func limitsToProto(l providers.Limits) *pb.Limits {
+	if l.Cgroups == "" && l.Volumes == "" && len(l.Enforced) == 0 {
+		return nil
+	}
+	return &pb.Limits{Cgroups: l.Cgroups, Volumes: l.Volumes, Enforced: l.Enforced}
+}
+
+func limitsFromProto(l *pb.Limits) providers.Limits {
+	return providers.Limits{Cgroups: l.GetCgroups(), Volumes: l.GetVolumes(), Enforced: l.GetEnforced()}
 }
 
 func infoFromProto(r *pb.InfoResponse) providers.Info {
@@ -130,6 +142,7 @@ func infoFromProto(r *pb.InfoResponse) providers.Info {
 			NetworkModes:   modes,
 			MaxLifetime:    durFromProto(c.GetMaxLifetime()),
 			Regions:        c.GetRegions(),
+			Limits:         limitsFromProto(c.GetLimits()),
 		},
 	}
 }
@@ -267,6 +280,7 @@ func execExitToProto(r providers.ExecResult) *pb.ExecExit {
 		ExitCode: int64(r.ExitCode),
 		Signal:   r.Signal,
 		TimedOut: r.TimedOut,
+		Oom:      r.OOM,
 		Duration: durToProto(r.Duration),
 	}
 }
@@ -276,6 +290,7 @@ func execExitFromProto(e *pb.ExecExit) providers.ExecResult {
 		ExitCode: int(e.GetExitCode()),
 		Signal:   e.GetSignal(),
 		TimedOut: e.GetTimedOut(),
+		OOM:      e.GetOom(),
 		Duration: durFromProto(e.GetDuration()),
 	}
 }

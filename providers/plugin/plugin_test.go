@@ -120,7 +120,9 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	if info.Name != "roundtrip" || info.Version != "0.0.0-test" || info.APIVersion != providers.APIVersion ||
 		!caps.Snapshots || !caps.Volumes || !caps.NamedSandboxes || !caps.ListByLabels || !caps.ExecStreaming ||
 		!caps.FileAPI || caps.PublicURL || caps.MaxLifetime != time.Hour || !caps.Supports(providers.NetworkAll) ||
-		caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" {
+		caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" ||
+		caps.Limits.Cgroups != "v1" || caps.Limits.Volumes != "ext4-image" || !caps.Limits.Enforces(providers.LimitMemory) ||
+		caps.Limits.Enforces(providers.LimitCPU) {
 		t.Fatalf("info = %+v", info)
 	}
 
@@ -201,8 +203,11 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	if err != nil || stderr.String() != "oops\n" || stdout.Len() != 0 {
 		t.Fatalf("exec stderr = %+v, %v, stdout %q stderr %q", res, err, stdout.String(), stderr.String())
 	}
-	if res, err := c.Exec(ctx, sb.ID, providers.ExecRequest{Argv: []string{"exit", "3"}}); err != nil || res.ExitCode != 3 {
+	if res, err := c.Exec(ctx, sb.ID, providers.ExecRequest{Argv: []string{"exit", "3"}}); err != nil || res.ExitCode != 3 || res.OOM {
 		t.Fatalf("exec exit 3 = %+v, %v", res, err)
+	}
+	if res, err := c.Exec(ctx, sb.ID, providers.ExecRequest{Argv: []string{"oom"}}); err != nil || !res.OOM || res.Signal != "SIGKILL" {
+		t.Fatalf("exec oom = %+v, %v; want OOM across the boundary", res, err)
 	}
 
 	if err := c.WriteFile(ctx, sb.ID, providers.WriteFileRequest{Path: "/workspace/dir/a.txt", Mode: 0o600, Content: strings.NewReader("abc")}); err != nil {

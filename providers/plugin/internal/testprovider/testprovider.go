@@ -148,6 +148,7 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
 			MaxLifetime:    time.Hour,
 			Regions:        []string{"local"},
+			Limits:         providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory}},
 		},
 	}, nil
 }
@@ -301,6 +302,8 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 		}
 	case "pid":
 		_, err = fmt.Fprintln(stdout, os.Getpid())
+	case "oom":
+		res = providers.ExecResult{ExitCode: 137, Signal: "SIGKILL", OOM: true}
 	case "log":
 		slog.Info(strings.Join(argv[1:], " "), "sandbox", id)
 	case "block":
