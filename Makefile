@@ -39,7 +39,7 @@ deps:
 	@bash scripts/deps.sh
 
 proto:
-	@bash scripts/deps.sh protobuf-compiler
+	@bash scripts/deps.sh protobuf-compiler libprotobuf-dev
 	@bash scripts/gen-proto.sh
 
 vet:

@@ -61,6 +61,14 @@ type LocalSettings struct {
 	ToolsDir string `toml:"tools_dir" json:"tools_dir"`
 	// BwrapPath is the bubblewrap binary ("" = look up "bwrap" in PATH).
 	BwrapPath string `toml:"bwrap_path" json:"bwrap_path"`
+	// DNSServers are the resolvers ("IP" or "IP:port") the egress proxy
+	// asks for the names sandboxes connect to; empty means the system's.
+	DNSServers []string `toml:"dns_servers" json:"dns_servers"`
+	// UpstreamCAFiles are PEM files of extra roots the egress proxy trusts
+	// when it connects to a host on a sandbox's behalf over TLS (hosts a
+	// secret is scoped to), besides the system's: a corporate TLS proxy's
+	// root, say. Relative to the config file.
+	UpstreamCAFiles []string `toml:"upstream_ca_files" json:"upstream_ca_files"`
 }
 
 // SandySettings is [provider.sandy]: the Sandy sandbox service over HTTP.

@@ -14,15 +14,17 @@ cd "$(dirname "$0")/.."
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 
-if ! command -v protoc >/dev/null 2>&1; then
+# protoc, and the well-known types (google/protobuf/*.proto) that Debian
+# ships in libprotobuf-dev, a recommendation protoc does not pull in alone.
+if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/timestamp.proto ]; then
   if [ "$(id -u)" != 0 ]; then
-    echo "gen-proto: protoc is missing; install it with: sudo apt-get install -y protobuf-compiler" >&2
+    echo "gen-proto: protoc or its well-known types are missing; install them with: sudo apt-get install -y protobuf-compiler libprotobuf-dev" >&2
     exit 1
   fi
-  echo "gen-proto: installing protobuf-compiler"
+  echo "gen-proto: installing protobuf-compiler libprotobuf-dev"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends protobuf-compiler >/dev/null
+  apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
 fi
 
 tools="$PWD/bin/tools"

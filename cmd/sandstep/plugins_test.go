@@ -47,7 +47,7 @@ func TestPluginsListsLocalWithCapabilities(t *testing.T) {
 			line = l
 		}
 	}
-	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "network=none|all"} {
+	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "host-scoped-secrets", "network=none|all|allowlist"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("local line %q lacks %q; output:\n%s", line, want, out.String())
 		}

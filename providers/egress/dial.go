@@ -13,6 +13,13 @@ import (
 	"time"
 )
 
+// ProxyEnv names the environment variable through which a provider tells
+// programs in a sandbox where its egress proxy is (an http:// URL). Unlike
+// HTTP_PROXY, which an environment may set for its own reasons, it always
+// means a proxy that enforces the sandbox's policy; sandstep's crawler
+// relies on it.
+const ProxyEnv = "SANDSTEP_EGRESS_PROXY"
+
 // LocalAddrs is this host's own addresses, which no sandbox may reach
 // unless allow_private lists them: a service listening on all interfaces
 // is as much the host's as one on 127.0.0.1. The list is refreshed every

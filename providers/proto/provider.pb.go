@@ -258,7 +258,12 @@ type SandboxDefaults struct {
 	// Memory limit in MiB of a sandbox whose spec sets none.
 	MemoryMb int64 `protobuf:"varint,4,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
 	// Network policy of a sandbox whose spec leaves network.mode empty.
-	Network       *NetworkPolicy `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	// Never-public addresses (loopback, link-local, private ranges, the
+	// host's own) that sandboxes with network may reach all the same, in
+	// every mode but "none": "IP", "IP:port", "CIDR" or "CIDR:port", IPv6
+	// with a port in brackets. Everything else of that kind is denied.
+	AllowPrivate  []string `protobuf:"bytes,6,rep,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +329,13 @@ func (x *SandboxDefaults) GetMemoryMb() int64 {
 func (x *SandboxDefaults) GetNetwork() *NetworkPolicy {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *SandboxDefaults) GetAllowPrivate() []string {
+	if x != nil {
+		return x.AllowPrivate
 	}
 	return nil
 }
@@ -460,9 +472,14 @@ type Capabilities struct {
 	// The longest lifetime a sandbox may ask for; unset = no cap.
 	MaxLifetime *durationpb.Duration `protobuf:"bytes,9,opt,name=max_lifetime,json=maxLifetime,proto3" json:"max_lifetime,omitempty"`
 	// Regions a sandbox may be placed in; empty = the provider decides.
-	Regions       []string `protobuf:"bytes,10,rep,name=regions,proto3" json:"regions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Regions []string `protobuf:"bytes,10,rep,name=regions,proto3" json:"regions,omitempty"`
+	// A Secret with hosts never reaches the sandbox as its value: the
+	// sandbox sees a placeholder, which the provider's way out replaces with
+	// the value in request headers to those hosts only. Without it such a
+	// secret is a plain environment variable.
+	HostScopedSecrets bool `protobuf:"varint,11,opt,name=host_scoped_secrets,json=hostScopedSecrets,proto3" json:"host_scoped_secrets,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -563,6 +580,13 @@ func (x *Capabilities) GetRegions() []string {
 		return x.Regions
 	}
 	return nil
+}
+
+func (x *Capabilities) GetHostScopedSecrets() bool {
+	if x != nil {
+		return x.HostScopedSecrets
+	}
+	return false
 }
 
 type CreateRequest struct {
@@ -881,9 +905,11 @@ func (x *Mount) GetReadOnly() bool {
 	return false
 }
 
-// Secret is a value a sandbox may use. With hosts set (and a provider that
-// supports host scoping) the value is only revealed on requests to those
-// hosts; otherwise it is set as the environment variable `name`.
+// Secret is a value a sandbox may use. With hosts set (and a provider with
+// Capabilities.host_scoped_secrets) the variable `name` holds a
+// placeholder and the value is only put into the headers of requests to
+// those hosts; otherwise the value is set as the environment variable
+// `name`. Hosts: names, "*.domain", or addresses, each optionally ":port".
 type Secret struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -951,7 +977,9 @@ type NetworkPolicy struct {
 	// an enum so that a newer host's mode reaches an older provider, which
 	// rejects it with UNIMPLEMENTED instead of silently reading it as zero.
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Host names reachable in "allowlist" mode.
+	// Hosts reachable in "allowlist" mode: names, "*.domain" for any
+	// subdomain, or addresses, each optionally with ":port" (no port: any).
+	// Never-public addresses stay denied unless allow_private lists them.
 	AllowHosts    []string `protobuf:"bytes,2,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1079,7 +1107,10 @@ type Sandbox struct {
 	PublicUrl string                 `protobuf:"bytes,7,opt,name=public_url,json=publicUrl,proto3" json:"public_url,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the provider will terminate it by itself; unset = never.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// What the sandbox sent and received so far, where the provider counts
+	// it; Get fills it, List may leave it unset. Read it before Terminate.
+	Network       *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1177,6 +1208,104 @@ func (x *Sandbox) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Sandbox) GetNetwork() *NetworkUsage {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkUsage is a sandbox's traffic through its way out, counted since
+// it was created (across plugin restarts).
+type NetworkUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes the sandbox sent to the network and received from it (the
+	// payload of its connections, TLS included; not the proxy protocol).
+	BytesOut int64 `protobuf:"varint,1,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn  int64 `protobuf:"varint,2,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// Connections made, and connections the policy denied.
+	Connections int64 `protobuf:"varint,3,opt,name=connections,proto3" json:"connections,omitempty"`
+	Denied      int64 `protobuf:"varint,4,opt,name=denied,proto3" json:"denied,omitempty"`
+	// Hosts contacted, as "host:port" in the names the sandbox used, sorted;
+	// more_hosts counts those beyond the provider's cap on the list.
+	Hosts         []string `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	MoreHosts     int64    `protobuf:"varint,6,opt,name=more_hosts,json=moreHosts,proto3" json:"more_hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkUsage) Reset() {
+	*x = NetworkUsage{}
+	mi := &file_provider_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkUsage) ProtoMessage() {}
+
+func (x *NetworkUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkUsage.ProtoReflect.Descriptor instead.
+func (*NetworkUsage) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *NetworkUsage) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetDenied() int64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *NetworkUsage) GetMoreHosts() int64 {
+	if x != nil {
+		return x.MoreHosts
+	}
+	return 0
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1186,7 +1315,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1327,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[14]
+	mi := &file_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1340,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{14}
+	return file_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1230,7 +1359,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1371,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1384,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -1277,7 +1406,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1418,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1431,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetLabels() map[string]string {
@@ -1328,7 +1457,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1469,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1482,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -1372,7 +1501,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1513,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1526,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TerminateRequest) GetId() string {
@@ -1415,7 +1544,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1427,7 +1556,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1440,7 +1569,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 // ExecRequest is one client message of the Exec stream.
@@ -1458,7 +1587,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1599,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1612,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -1571,7 +1700,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1712,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1725,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecStart) GetSandboxId() string {
@@ -1657,7 +1786,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1669,7 +1798,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1682,7 +1811,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 // ExecResponse is one server message of the Exec stream.
@@ -1700,7 +1829,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1841,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1854,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1806,7 +1935,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1947,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1960,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecExit) GetExitCode() int64 {
@@ -1876,7 +2005,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2017,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2030,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteFileRequest) GetMsg() isWriteFileRequest_Msg {
@@ -1960,7 +2089,7 @@ type WriteFileHeader struct {
 
 func (x *WriteFileHeader) Reset() {
 	*x = WriteFileHeader{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2101,7 @@ func (x *WriteFileHeader) String() string {
 func (*WriteFileHeader) ProtoMessage() {}
 
 func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2114,7 @@ func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileHeader.ProtoReflect.Descriptor instead.
 func (*WriteFileHeader) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteFileHeader) GetSandboxId() string {
@@ -2017,7 +2146,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2158,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2171,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 type ReadFileRequest struct {
@@ -2060,7 +2189,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2072,7 +2201,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2085,7 +2214,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadFileRequest) GetSandboxId() string {
@@ -2127,7 +2256,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2268,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2281,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadFileResponse) GetData() []byte {
@@ -2173,7 +2302,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2185,7 +2314,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2198,7 +2327,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -2224,7 +2353,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2365,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2378,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -2278,7 +2407,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2419,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2432,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FileInfo) GetName() string {
@@ -2357,7 +2486,7 @@ type EnsureSnapshotRequest struct {
 
 func (x *EnsureSnapshotRequest) Reset() {
 	*x = EnsureSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2498,7 @@ func (x *EnsureSnapshotRequest) String() string {
 func (*EnsureSnapshotRequest) ProtoMessage() {}
 
 func (x *EnsureSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2511,7 @@ func (x *EnsureSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*EnsureSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{33}
+	return file_provider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *EnsureSnapshotRequest) GetSpec() *SnapshotSpec {
@@ -2401,7 +2530,7 @@ type EnsureSnapshotResponse struct {
 
 func (x *EnsureSnapshotResponse) Reset() {
 	*x = EnsureSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2542,7 @@ func (x *EnsureSnapshotResponse) String() string {
 func (*EnsureSnapshotResponse) ProtoMessage() {}
 
 func (x *EnsureSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2555,7 @@ func (x *EnsureSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*EnsureSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{34}
+	return file_provider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EnsureSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2455,7 +2584,7 @@ type SnapshotSpec struct {
 
 func (x *SnapshotSpec) Reset() {
 	*x = SnapshotSpec{}
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2596,7 @@ func (x *SnapshotSpec) String() string {
 func (*SnapshotSpec) ProtoMessage() {}
 
 func (x *SnapshotSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2609,7 @@ func (x *SnapshotSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSpec.ProtoReflect.Descriptor instead.
 func (*SnapshotSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{35}
+	return file_provider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotSpec) GetSlug() string {
@@ -2530,7 +2659,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_provider_proto_msgTypes[36]
+	mi := &file_provider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2671,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[36]
+	mi := &file_provider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2684,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{36}
+	return file_provider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Snapshot) GetSlug() string {
@@ -2595,7 +2724,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[37]
+	mi := &file_provider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2607,7 +2736,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[37]
+	mi := &file_provider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2620,7 +2749,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{37}
+	return file_provider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetSnapshotRequest) GetSlug() string {
@@ -2639,7 +2768,7 @@ type GetSnapshotResponse struct {
 
 func (x *GetSnapshotResponse) Reset() {
 	*x = GetSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[38]
+	mi := &file_provider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2780,7 @@ func (x *GetSnapshotResponse) String() string {
 func (*GetSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[38]
+	mi := &file_provider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2793,7 @@ func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{38}
+	return file_provider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2683,7 +2812,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[39]
+	mi := &file_provider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +2824,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[39]
+	mi := &file_provider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +2837,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{39}
+	return file_provider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSnapshotRequest) GetSlug() string {
@@ -2726,7 +2855,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[40]
+	mi := &file_provider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2867,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[40]
+	mi := &file_provider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2880,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{40}
+	return file_provider_proto_rawDescGZIP(), []int{41}
 }
 
 type CreateVolumeRequest struct {
@@ -2763,7 +2892,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[41]
+	mi := &file_provider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2904,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[41]
+	mi := &file_provider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2917,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{41}
+	return file_provider_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreateVolumeRequest) GetSpec() *VolumeSpec {
@@ -2807,7 +2936,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[42]
+	mi := &file_provider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2948,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[42]
+	mi := &file_provider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2961,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{42}
+	return file_provider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -2856,7 +2985,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2997,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3010,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{43}
+	return file_provider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *VolumeSpec) GetSlug() string {
@@ -2927,7 +3056,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3068,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3081,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{44}
+	return file_provider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Volume) GetSlug() string {
@@ -2999,7 +3128,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3011,7 +3140,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3024,7 +3153,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{45}
+	return file_provider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetVolumeRequest) GetSlug() string {
@@ -3043,7 +3172,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3184,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3197,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{46}
+	return file_provider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetVolumeResponse) GetVolume() *Volume {
@@ -3087,7 +3216,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3228,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3241,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{47}
+	return file_provider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteVolumeRequest) GetSlug() string {
@@ -3130,7 +3259,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3142,7 +3271,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3155,7 +3284,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{48}
+	return file_provider_proto_rawDescGZIP(), []int{49}
 }
 
 type ListVolumesRequest struct {
@@ -3168,7 +3297,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3309,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3322,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{49}
+	return file_provider_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListVolumesRequest) GetLabels() map[string]string {
@@ -3212,7 +3341,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3353,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3366,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{50}
+	return file_provider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3261,7 +3390,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3402,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3415,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{51}
+	return file_provider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -3322,20 +3451,21 @@ const file_provider_proto_rawDesc = "" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
-	"\x11ConfigureResponse\"\xa0\x02\n" +
+	"\x11ConfigureResponse\"\xc5\x02\n" +
 	"\x0fSandboxDefaults\x125\n" +
 	"\blifetime\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\blifetime\x12<\n" +
 	"\fidle_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12<\n" +
 	"\fexec_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vexecTimeout\x12\x1b\n" +
 	"\tmemory_mb\x18\x04 \x01(\x03R\bmemoryMb\x12=\n" +
-	"\anetwork\x18\x05 \x01(\v2#.sandstep.provider.v1.NetworkPolicyR\anetwork\"\r\n" +
+	"\anetwork\x18\x05 \x01(\v2#.sandstep.provider.v1.NetworkPolicyR\anetwork\x12#\n" +
+	"\rallow_private\x18\x06 \x03(\tR\fallowPrivate\"\r\n" +
 	"\vInfoRequest\"\xa5\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x03R\n" +
 	"apiVersion\x12F\n" +
-	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\xf3\x02\n" +
+	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\xa3\x03\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\tsnapshots\x18\x01 \x01(\bR\tsnapshots\x12\x18\n" +
 	"\avolumes\x18\x02 \x01(\bR\avolumes\x12'\n" +
@@ -3348,7 +3478,8 @@ const file_provider_proto_rawDesc = "" +
 	"\rnetwork_modes\x18\b \x03(\tR\fnetworkModes\x12<\n" +
 	"\fmax_lifetime\x18\t \x01(\v2\x19.google.protobuf.DurationR\vmaxLifetime\x12\x18\n" +
 	"\aregions\x18\n" +
-	" \x03(\tR\aregions\"E\n" +
+	" \x03(\tR\aregions\x12.\n" +
+	"\x13host_scoped_secrets\x18\v \x01(\bR\x11hostScopedSecrets\"E\n" +
 	"\rCreateRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .sandstep.provider.v1.CreateSpecR\x04spec\"I\n" +
 	"\x0eCreateResponse\x127\n" +
@@ -3391,7 +3522,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tResources\x12\x1b\n" +
 	"\tmemory_mb\x18\x01 \x01(\x03R\bmemoryMb\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x17\n" +
-	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xa7\x03\n" +
+	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xe5\x03\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -3404,10 +3535,20 @@ const file_provider_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a9\n" +
+	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12<\n" +
+	"\anetwork\x18\n" +
+	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1c\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +
+	"\fNetworkUsage\x12\x1b\n" +
+	"\tbytes_out\x18\x01 \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x02 \x01(\x03R\abytesIn\x12 \n" +
+	"\vconnections\x18\x03 \x01(\x03R\vconnections\x12\x16\n" +
+	"\x06denied\x18\x04 \x01(\x03R\x06denied\x12\x14\n" +
+	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x1d\n" +
+	"\n" +
+	"more_hosts\x18\x06 \x01(\x03R\tmoreHosts\"\x1c\n" +
 	"\n" +
 	"GetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
@@ -3607,7 +3748,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_provider_proto_goTypes = []any{
 	(ErrorCode)(0),                 // 0: sandstep.provider.v1.ErrorCode
 	(*ConfigureRequest)(nil),       // 1: sandstep.provider.v1.ConfigureRequest
@@ -3624,150 +3765,152 @@ var file_provider_proto_goTypes = []any{
 	(*NetworkPolicy)(nil),          // 12: sandstep.provider.v1.NetworkPolicy
 	(*Resources)(nil),              // 13: sandstep.provider.v1.Resources
 	(*Sandbox)(nil),                // 14: sandstep.provider.v1.Sandbox
-	(*GetRequest)(nil),             // 15: sandstep.provider.v1.GetRequest
-	(*GetResponse)(nil),            // 16: sandstep.provider.v1.GetResponse
-	(*ListRequest)(nil),            // 17: sandstep.provider.v1.ListRequest
-	(*ListResponse)(nil),           // 18: sandstep.provider.v1.ListResponse
-	(*TerminateRequest)(nil),       // 19: sandstep.provider.v1.TerminateRequest
-	(*TerminateResponse)(nil),      // 20: sandstep.provider.v1.TerminateResponse
-	(*ExecRequest)(nil),            // 21: sandstep.provider.v1.ExecRequest
-	(*ExecStart)(nil),              // 22: sandstep.provider.v1.ExecStart
-	(*CloseStdin)(nil),             // 23: sandstep.provider.v1.CloseStdin
-	(*ExecResponse)(nil),           // 24: sandstep.provider.v1.ExecResponse
-	(*ExecExit)(nil),               // 25: sandstep.provider.v1.ExecExit
-	(*WriteFileRequest)(nil),       // 26: sandstep.provider.v1.WriteFileRequest
-	(*WriteFileHeader)(nil),        // 27: sandstep.provider.v1.WriteFileHeader
-	(*WriteFileResponse)(nil),      // 28: sandstep.provider.v1.WriteFileResponse
-	(*ReadFileRequest)(nil),        // 29: sandstep.provider.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),       // 30: sandstep.provider.v1.ReadFileResponse
-	(*ListFilesRequest)(nil),       // 31: sandstep.provider.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 32: sandstep.provider.v1.ListFilesResponse
-	(*FileInfo)(nil),               // 33: sandstep.provider.v1.FileInfo
-	(*EnsureSnapshotRequest)(nil),  // 34: sandstep.provider.v1.EnsureSnapshotRequest
-	(*EnsureSnapshotResponse)(nil), // 35: sandstep.provider.v1.EnsureSnapshotResponse
-	(*SnapshotSpec)(nil),           // 36: sandstep.provider.v1.SnapshotSpec
-	(*Snapshot)(nil),               // 37: sandstep.provider.v1.Snapshot
-	(*GetSnapshotRequest)(nil),     // 38: sandstep.provider.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),    // 39: sandstep.provider.v1.GetSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),  // 40: sandstep.provider.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 41: sandstep.provider.v1.DeleteSnapshotResponse
-	(*CreateVolumeRequest)(nil),    // 42: sandstep.provider.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 43: sandstep.provider.v1.CreateVolumeResponse
-	(*VolumeSpec)(nil),             // 44: sandstep.provider.v1.VolumeSpec
-	(*Volume)(nil),                 // 45: sandstep.provider.v1.Volume
-	(*GetVolumeRequest)(nil),       // 46: sandstep.provider.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),      // 47: sandstep.provider.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 48: sandstep.provider.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 49: sandstep.provider.v1.DeleteVolumeResponse
-	(*ListVolumesRequest)(nil),     // 50: sandstep.provider.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 51: sandstep.provider.v1.ListVolumesResponse
-	(*Error)(nil),                  // 52: sandstep.provider.v1.Error
-	nil,                            // 53: sandstep.provider.v1.ConfigureRequest.SecretsEntry
-	nil,                            // 54: sandstep.provider.v1.CreateSpec.LabelsEntry
-	nil,                            // 55: sandstep.provider.v1.CreateSpec.EnvEntry
-	nil,                            // 56: sandstep.provider.v1.Sandbox.LabelsEntry
-	nil,                            // 57: sandstep.provider.v1.ListRequest.LabelsEntry
-	nil,                            // 58: sandstep.provider.v1.ExecStart.EnvEntry
-	nil,                            // 59: sandstep.provider.v1.SnapshotSpec.EnvEntry
-	nil,                            // 60: sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	nil,                            // 61: sandstep.provider.v1.Snapshot.LabelsEntry
-	nil,                            // 62: sandstep.provider.v1.VolumeSpec.LabelsEntry
-	nil,                            // 63: sandstep.provider.v1.Volume.LabelsEntry
-	nil,                            // 64: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 65: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 66: google.protobuf.Timestamp
+	(*NetworkUsage)(nil),           // 15: sandstep.provider.v1.NetworkUsage
+	(*GetRequest)(nil),             // 16: sandstep.provider.v1.GetRequest
+	(*GetResponse)(nil),            // 17: sandstep.provider.v1.GetResponse
+	(*ListRequest)(nil),            // 18: sandstep.provider.v1.ListRequest
+	(*ListResponse)(nil),           // 19: sandstep.provider.v1.ListResponse
+	(*TerminateRequest)(nil),       // 20: sandstep.provider.v1.TerminateRequest
+	(*TerminateResponse)(nil),      // 21: sandstep.provider.v1.TerminateResponse
+	(*ExecRequest)(nil),            // 22: sandstep.provider.v1.ExecRequest
+	(*ExecStart)(nil),              // 23: sandstep.provider.v1.ExecStart
+	(*CloseStdin)(nil),             // 24: sandstep.provider.v1.CloseStdin
+	(*ExecResponse)(nil),           // 25: sandstep.provider.v1.ExecResponse
+	(*ExecExit)(nil),               // 26: sandstep.provider.v1.ExecExit
+	(*WriteFileRequest)(nil),       // 27: sandstep.provider.v1.WriteFileRequest
+	(*WriteFileHeader)(nil),        // 28: sandstep.provider.v1.WriteFileHeader
+	(*WriteFileResponse)(nil),      // 29: sandstep.provider.v1.WriteFileResponse
+	(*ReadFileRequest)(nil),        // 30: sandstep.provider.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),       // 31: sandstep.provider.v1.ReadFileResponse
+	(*ListFilesRequest)(nil),       // 32: sandstep.provider.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 33: sandstep.provider.v1.ListFilesResponse
+	(*FileInfo)(nil),               // 34: sandstep.provider.v1.FileInfo
+	(*EnsureSnapshotRequest)(nil),  // 35: sandstep.provider.v1.EnsureSnapshotRequest
+	(*EnsureSnapshotResponse)(nil), // 36: sandstep.provider.v1.EnsureSnapshotResponse
+	(*SnapshotSpec)(nil),           // 37: sandstep.provider.v1.SnapshotSpec
+	(*Snapshot)(nil),               // 38: sandstep.provider.v1.Snapshot
+	(*GetSnapshotRequest)(nil),     // 39: sandstep.provider.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),    // 40: sandstep.provider.v1.GetSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),  // 41: sandstep.provider.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 42: sandstep.provider.v1.DeleteSnapshotResponse
+	(*CreateVolumeRequest)(nil),    // 43: sandstep.provider.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),   // 44: sandstep.provider.v1.CreateVolumeResponse
+	(*VolumeSpec)(nil),             // 45: sandstep.provider.v1.VolumeSpec
+	(*Volume)(nil),                 // 46: sandstep.provider.v1.Volume
+	(*GetVolumeRequest)(nil),       // 47: sandstep.provider.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),      // 48: sandstep.provider.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 49: sandstep.provider.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 50: sandstep.provider.v1.DeleteVolumeResponse
+	(*ListVolumesRequest)(nil),     // 51: sandstep.provider.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 52: sandstep.provider.v1.ListVolumesResponse
+	(*Error)(nil),                  // 53: sandstep.provider.v1.Error
+	nil,                            // 54: sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	nil,                            // 55: sandstep.provider.v1.CreateSpec.LabelsEntry
+	nil,                            // 56: sandstep.provider.v1.CreateSpec.EnvEntry
+	nil,                            // 57: sandstep.provider.v1.Sandbox.LabelsEntry
+	nil,                            // 58: sandstep.provider.v1.ListRequest.LabelsEntry
+	nil,                            // 59: sandstep.provider.v1.ExecStart.EnvEntry
+	nil,                            // 60: sandstep.provider.v1.SnapshotSpec.EnvEntry
+	nil,                            // 61: sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	nil,                            // 62: sandstep.provider.v1.Snapshot.LabelsEntry
+	nil,                            // 63: sandstep.provider.v1.VolumeSpec.LabelsEntry
+	nil,                            // 64: sandstep.provider.v1.Volume.LabelsEntry
+	nil,                            // 65: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 66: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 67: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	53, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	54, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
 	3,  // 1: sandstep.provider.v1.ConfigureRequest.defaults:type_name -> sandstep.provider.v1.SandboxDefaults
-	65, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
-	65, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
-	65, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
+	66, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
+	66, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
+	66, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
 	12, // 5: sandstep.provider.v1.SandboxDefaults.network:type_name -> sandstep.provider.v1.NetworkPolicy
 	6,  // 6: sandstep.provider.v1.InfoResponse.capabilities:type_name -> sandstep.provider.v1.Capabilities
-	65, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
+	66, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
 	9,  // 8: sandstep.provider.v1.CreateRequest.spec:type_name -> sandstep.provider.v1.CreateSpec
 	14, // 9: sandstep.provider.v1.CreateResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	54, // 10: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
+	55, // 10: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
 	10, // 11: sandstep.provider.v1.CreateSpec.mounts:type_name -> sandstep.provider.v1.Mount
-	55, // 12: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
+	56, // 12: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
 	11, // 13: sandstep.provider.v1.CreateSpec.secrets:type_name -> sandstep.provider.v1.Secret
 	12, // 14: sandstep.provider.v1.CreateSpec.network:type_name -> sandstep.provider.v1.NetworkPolicy
-	65, // 15: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
-	65, // 16: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
+	66, // 15: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
+	66, // 16: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
 	13, // 17: sandstep.provider.v1.CreateSpec.resources:type_name -> sandstep.provider.v1.Resources
-	56, // 18: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
+	57, // 18: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
 	10, // 19: sandstep.provider.v1.Sandbox.mounts:type_name -> sandstep.provider.v1.Mount
-	66, // 20: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	66, // 21: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 22: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	57, // 23: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
-	14, // 24: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
-	22, // 25: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
-	23, // 26: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
-	58, // 27: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
-	65, // 28: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	25, // 29: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
-	65, // 30: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	27, // 31: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
-	33, // 32: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
-	66, // 33: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	36, // 34: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
-	37, // 35: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	59, // 36: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
-	60, // 37: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	65, // 38: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
-	61, // 39: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
-	66, // 40: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	37, // 41: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	44, // 42: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
-	45, // 43: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	62, // 44: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
-	63, // 45: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
-	66, // 46: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	45, // 47: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	64, // 48: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	45, // 49: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
-	0,  // 50: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
-	1,  // 51: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
-	4,  // 52: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
-	7,  // 53: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
-	15, // 54: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
-	17, // 55: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
-	19, // 56: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
-	21, // 57: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
-	26, // 58: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
-	29, // 59: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
-	31, // 60: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
-	34, // 61: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
-	38, // 62: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
-	40, // 63: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
-	42, // 64: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
-	46, // 65: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
-	48, // 66: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
-	50, // 67: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
-	2,  // 68: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
-	5,  // 69: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
-	8,  // 70: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
-	16, // 71: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
-	18, // 72: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
-	20, // 73: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
-	24, // 74: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
-	28, // 75: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
-	30, // 76: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
-	32, // 77: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
-	35, // 78: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
-	39, // 79: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
-	41, // 80: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
-	43, // 81: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
-	47, // 82: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
-	49, // 83: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
-	51, // 84: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
-	68, // [68:85] is the sub-list for method output_type
-	51, // [51:68] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	67, // 20: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	67, // 21: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	15, // 22: sandstep.provider.v1.Sandbox.network:type_name -> sandstep.provider.v1.NetworkUsage
+	14, // 23: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
+	58, // 24: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
+	14, // 25: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
+	23, // 26: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
+	24, // 27: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
+	59, // 28: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
+	66, // 29: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	26, // 30: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
+	66, // 31: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	28, // 32: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
+	34, // 33: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
+	67, // 34: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	37, // 35: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
+	38, // 36: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	60, // 37: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
+	61, // 38: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	66, // 39: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
+	62, // 40: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
+	67, // 41: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	38, // 42: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	45, // 43: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
+	46, // 44: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	63, // 45: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
+	64, // 46: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
+	67, // 47: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	46, // 48: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	65, // 49: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	46, // 50: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
+	0,  // 51: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
+	1,  // 52: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
+	4,  // 53: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
+	7,  // 54: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
+	16, // 55: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
+	18, // 56: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
+	20, // 57: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
+	22, // 58: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
+	27, // 59: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
+	30, // 60: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
+	32, // 61: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
+	35, // 62: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
+	39, // 63: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
+	41, // 64: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
+	43, // 65: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
+	47, // 66: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
+	49, // 67: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
+	51, // 68: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
+	2,  // 69: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
+	5,  // 70: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
+	8,  // 71: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
+	17, // 72: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
+	19, // 73: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
+	21, // 74: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
+	25, // 75: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
+	29, // 76: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
+	31, // 77: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
+	33, // 78: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
+	36, // 79: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
+	40, // 80: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
+	42, // 81: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
+	44, // 82: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
+	48, // 83: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
+	50, // 84: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
+	52, // 85: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
+	69, // [69:86] is the sub-list for method output_type
+	52, // [52:69] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -3775,17 +3918,17 @@ func file_provider_proto_init() {
 	if File_provider_proto != nil {
 		return
 	}
-	file_provider_proto_msgTypes[20].OneofWrappers = []any{
+	file_provider_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 	}
-	file_provider_proto_msgTypes[23].OneofWrappers = []any{
+	file_provider_proto_msgTypes[24].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_provider_proto_msgTypes[25].OneofWrappers = []any{
+	file_provider_proto_msgTypes[26].OneofWrappers = []any{
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
@@ -3795,7 +3938,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   64,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
