@@ -30,9 +30,10 @@ func BenchmarkLightBudget(b *testing.B) {
 		}
 	}
 	in := Input{
-		Sources: sources,
-		Limits:  Limits{MaxPages: 22, MaxDepth: 1, MaxLinksPerPage: 8, MaxPagesPerHost: 4, MaxCharsPerSource: 8000},
-		Render:  RenderAuto,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      sources,
+		Limits:       Limits{MaxPages: 22, MaxDepth: 1, MaxLinksPerPage: 8, MaxPagesPerHost: 4, MaxCharsPerSource: 8000},
+		Render:       RenderAuto,
 	}
 
 	var crawled []string

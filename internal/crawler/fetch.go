@@ -42,9 +42,8 @@ type response struct {
 	Truncated   bool   // the body was longer than max_page_bytes
 }
 
-func newClient(concurrency int, pageTimeout time.Duration) *http.Client {
+func newClient(concurrency int, pageTimeout time.Duration, nw *egressNet) *http.Client {
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * concurrency,
@@ -55,6 +54,7 @@ func newClient(concurrency int, pageTimeout time.Duration) *http.Client {
 		// Accept-Encoding is left to the transport, which then asks for gzip
 		// and decompresses transparently.
 	}
+	nw.setup(tr)
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {

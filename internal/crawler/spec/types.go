@@ -66,6 +66,14 @@ type Input struct {
 	Render      string   `json:"render,omitempty"`
 	BrowserPath string   `json:"browser_path,omitempty"`
 	UserAgent   string   `json:"user_agent,omitempty"`
+	// AllowPrivate lists the never-public addresses the crawl may fetch
+	// all the same ([sandbox] allow_private: "IP", "IP:port", "CIDR" or
+	// "CIDR:port"). Everything else on loopback, link-local (the metadata
+	// service), private ranges and this machine's own addresses is
+	// skipped with reason "policy", seeds and redirects alike. Where the
+	// sandbox leaves through a policy proxy (SANDSTEP_EGRESS_PROXY), the
+	// proxy decides with the same rules and this is not used.
+	AllowPrivate []string `json:"allow_private,omitempty"`
 }
 
 // DefaultUserAgent names the crawler after a browser prefix, because many
@@ -119,6 +127,7 @@ func (in Input) WithDefaults() (Input, error) {
 	default:
 		return Input{}, fmt.Errorf("%w: render is %q, want auto, always or never", ErrInput, in.Render)
 	}
+
 	if in.UserAgent == "" {
 		in.UserAgent = DefaultUserAgent
 	}
@@ -144,7 +153,17 @@ type Page struct {
 type Skipped struct {
 	URL    string `json:"url"`
 	Reason string `json:"reason"`
+	// Address is the address the network policy refused (Reason
+	// ReasonPolicy), such as "127.0.0.1:8080"; Detail says why, such as
+	// "egress denied: loopback address".
+	Address string `json:"address,omitempty"`
+	Detail  string `json:"detail,omitempty"`
 }
+
+// ReasonPolicy is the reason of a URL the network policy did not let the
+// crawler fetch: a private or loopback address, the metadata service, an
+// address of the machine itself, directly or through a redirect or a name.
+const ReasonPolicy = "policy"
 
 // Why a crawl stopped.
 const (
