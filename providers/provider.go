@@ -12,6 +12,7 @@ package providers
 import (
 	"context"
 	"io"
+	"log/slog"
 	"time"
 )
 
@@ -267,6 +268,15 @@ type NetworkUsage struct {
 	// sorted; MoreHosts counts those beyond the list's cap.
 	Hosts     []string
 	MoreHosts int64
+}
+
+// LogValue renders the usage for structured logs, hosts counted, not
+// listed.
+func (u NetworkUsage) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("bytes_out", u.BytesOut), slog.Int64("bytes_in", u.BytesIn),
+		slog.Int64("connections", u.Connections), slog.Int64("denied", u.Denied),
+		slog.Int64("hosts", int64(len(u.Hosts))+u.MoreHosts))
 }
 
 // ListFilter selects sandboxes; all conditions must hold.

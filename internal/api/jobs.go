@@ -491,6 +491,10 @@ type sourceView struct {
 	N     int    `json:"n"`
 	URL   string `json:"url"`
 	Title string `json:"title"`
+	// Origin says where the source's text came from: "crawl", "search",
+	// or why it has none: "blocked" (an anti-bot page), "denied" (the
+	// sandbox's network policy refused its address).
+	Origin string `json:"origin"`
 }
 
 type reportView struct {
@@ -536,7 +540,7 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 	v := reportView{JobID: job.ID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown, Sources: make([]sourceView, len(sources))}
 	for i, src := range sources {
-		v.Sources[i] = sourceView{N: src.N, URL: src.URL, Title: src.Title}
+		v.Sources[i] = sourceView{N: src.N, URL: src.URL, Title: src.Title, Origin: string(src.Origin)}
 	}
 	return writeJSON(w, http.StatusOK, v)
 }

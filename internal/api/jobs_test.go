@@ -402,7 +402,7 @@ func TestReport(t *testing.T) {
 	if len(srcs) != 2 {
 		t.Fatalf("sources = %v", b["sources"])
 	}
-	if s := srcs[1].(map[string]any); s["n"] != 2.0 || s["url"] != "https://example.org/b" || s["title"] != "B" || len(s) != 3 {
+	if s := srcs[1].(map[string]any); s["n"] != 2.0 || s["url"] != "https://example.org/b" || s["title"] != "B" || s["origin"] != "search" || len(s) != 4 {
 		t.Fatalf("source = %v", s)
 	}
 

@@ -120,7 +120,7 @@ func TestLightModeStaysWithinItsLimits(t *testing.T) {
 		map[string]string{"url": beta.Page(fixturesite.PathJS), "title": "app", "content": "a page that needs JavaScript"},
 		map[string]string{"url": beta.Page(fixturesite.PathPDF), "title": "pdf", "content": "a PDF"},
 	)
-	s := newStackWith(t, stackOpts{searx: fakeSearx(t, results)})
+	s := newStackWith(t, stackOpts{searx: fakeSearx(t, results), allowPrivate: site.AllowPrivate()})
 	job := s.research(t, "job-light", "light", "balanced", nil)
 
 	// light x balanced: 9 sources, 19 pages, depth 1, 3 pages per host,
@@ -186,7 +186,7 @@ func TestMaxModeFollowsSameHostLinks(t *testing.T) {
 	alpha := site.Hosts[0]
 	// The crawl's first delivery is lost after it stored the pages, as a
 	// Lambda's may be: the retry must not store them a second time.
-	s := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", wrap: func(inv asl.Invoker) asl.Invoker {
+	s := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate(), wrap: func(inv asl.Invoker) asl.Invoker {
 		return &phaseWrapper{inner: inv, fn: "CrawlFunction", after: func(_ context.Context, n int, out []byte, err error) ([]byte, error) {
 			if n == 1 && err == nil && strings.Contains(string(out), `"done":true`) {
 				return nil, messages.InvokeResponse_Error{Type: "Lambda.ServiceException", Message: "injected"}
@@ -325,12 +325,14 @@ func TestFallbacks(t *testing.T) {
 			if tc.llm != nil {
 				cfg += "[research.llm]\nbase_url = \"" + tc.llm(t) + "\"\napi_key_env = \"\"\nmodels = [\"first\", \"second\"]\n"
 			}
+			allow := site.AllowPrivate()
 			if tc.name == "crawler times out" {
 				// Pages slower than the crawl may last.
 				slow := fixturesite.Start(t, fixturesite.Options{Hosts: 1, Latency: 5 * time.Second})
 				seeds = []string{slow.Hosts[0].Page("/"), slow.Hosts[0].Page("/a"), alpha.Page("/")}
+				allow = allowSites(site, slow)
 			}
-			s := newStackWith(t, stackOpts{config: cfg})
+			s := newStackWith(t, stackOpts{config: cfg, allowPrivate: allow})
 			s.App.Phases.WarmupBackoff = 10 * time.Millisecond
 			if tc.fault != nil {
 				f := &faultProvider{Provider: s.Provider}
@@ -386,7 +388,7 @@ printf '{"sources":[{"title":"t","url":"%s","summary":"Kestrels summarized by th
 	}))
 	t.Cleanup(llm.Close)
 	cfg := fmt.Sprintf("[research.agent]\nenabled = true\nmodel = \"m\"\ncommand = %q\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"busy\", \"good\"]\n", agent, llm.URL)
-	s := newStackWith(t, stackOpts{config: cfg})
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 	job := s.research(t, "job-agent", "light", "balanced", []string{alpha.Page("/"), alpha.Page("/a")})
 	if fb := fallbacks(job); len(fb) > 0 && !slices.Equal(fb, []string{research.FallbackHTTPMode}) {
 		t.Errorf("fallbacks %v", fb)
@@ -445,7 +447,7 @@ func TestReportGrowsWhileTheModelStreams(t *testing.T) {
 	}))
 	t.Cleanup(llm.Close)
 	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"m\"]\n", llm.URL)
-	s := newStackWith(t, stackOpts{config: cfg})
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 	id := "job-grows"
 	if code, out := s.do(t, "POST", "/v1/jobs", map[string]any{"query": "growth", "job_id": id, "seed_urls": []string{site.Hosts[0].Page("/a")}}); code != http.StatusAccepted {
 		t.Fatalf("submit: %d %v", code, out)

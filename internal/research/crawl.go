@@ -33,6 +33,11 @@ const (
 // kept for the record but never cited.
 const OriginBlocked store.Origin = "blocked"
 
+// OriginDenied marks a source the network policy did not let the crawler
+// fetch (a private, loopback or metadata address, directly or through a
+// redirect or a name): it is kept for the record, never cited.
+const OriginDenied store.Origin = "denied"
+
 // CrawlInput is the Crawl state's input. Offset is how far the progress log
 // was read by earlier rounds of the crawl loop.
 type CrawlInput struct {
@@ -207,7 +212,8 @@ func (r *run) startCrawler(id string) (time.Time, error) {
 			MaxCharsPerSource: b.CharsPerSource,
 			MaxDurationMS:     int(b.Duration / time.Millisecond),
 		},
-		Render: r.p.Config.Research.Render,
+		Render:       r.p.Config.Research.Render,
+		AllowPrivate: r.p.Config.Sandbox.AllowPrivate,
 	}
 	if slices.Contains(r.job.Fallbacks, FallbackHTTPMode) {
 		// Provision found no browser: do not let the crawler look again.
@@ -385,14 +391,21 @@ func (r *run) collect(id string) (int, error) {
 		put = append(put, s)
 	}
 	blocked := 0
+	var denied []spec.Skipped
 	for _, sk := range out.Skipped {
-		if sk.Reason != "challenge" {
+		origin := OriginBlocked
+		switch sk.Reason {
+		case "challenge":
+		case spec.ReasonPolicy:
+			origin = OriginDenied
+			denied = append(denied, sk)
+		default:
 			continue
 		}
 		u, err := urlnorm.Normalize(sk.URL)
 		if n, ok := byKey[urlnorm.Key(u)]; err == nil && ok {
 			s := byN[n]
-			s.Origin = OriginBlocked
+			s.Origin = origin
 			put = append(put, s)
 			blocked++
 		}
@@ -404,8 +417,14 @@ func (r *run) collect(id string) (int, error) {
 	}
 	crawled := len(put) - blocked
 	msg := fmt.Sprintf("%d pages crawled (%s mode), %d skipped", crawled, out.Stats.Mode, len(out.Skipped))
-	if blocked > 0 {
-		msg += fmt.Sprintf(", %d anti-bot challenge pages left out", blocked)
+	if n := blocked - len(denied); n > 0 {
+		msg += fmt.Sprintf(", %d anti-bot challenge pages left out", n)
+	}
+	if len(denied) > 0 {
+		msg += fmt.Sprintf(", %d refused by the network policy", len(denied))
+		if err := r.event("crawl:denied", EventData{Stage: string(store.StepCrawl), Status: "complete", Message: deniedMessage(denied)}); err != nil {
+			return 0, err
+		}
 	}
 	if out.Stats.Stopped == spec.StoppedDuration || out.Stats.Stopped == spec.StoppedSignal {
 		if err := r.fallback(FallbackPartialCrawl, string(store.StepCrawl), "the crawler reached its time limit: the report uses the "+strconv.Itoa(crawled)+" pages it collected"); err != nil {
@@ -497,4 +516,25 @@ func (r *run) readViaExec(id, path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %d of %d bytes of %s", data.Len(), size, path)
 	}
 	return data.Bytes(), nil
+}
+
+// deniedMessage lists the URLs the network policy kept the crawler from,
+// with the address refused and why.
+func deniedMessage(denied []spec.Skipped) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not fetched, by the sandbox's network policy (only public addresses and [sandbox] allow_private are reachable): ")
+	for i, sk := range denied {
+		if i == 20 {
+			fmt.Fprintf(&b, "; and %d more", len(denied)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(sk.URL)
+		if sk.Address != "" {
+			b.WriteString(" (" + sk.Address + ")")
+		}
+	}
+	return b.String()
 }

@@ -139,6 +139,8 @@ type envConfig struct {
 	dir string
 	// db reuses another env's tables.
 	db *ddblocal.TestEnv
+	// sandbox and local are appended to [sandbox] and [provider.local].
+	sandbox, local string
 }
 
 func newEnv(t testing.TB, ec envConfig) *env {
@@ -164,8 +166,10 @@ name = "local"
 plugin_dir = %q
 [provider.local]
 ro_paths = %s
+%s
 [sandbox]
 lifetime = "10m"
+%s
 [auth]
 dev_token_env = ""
 [[auth.tokens]]
@@ -178,7 +182,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, pluginDir, roPaths, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, pluginDir, roPaths, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)
