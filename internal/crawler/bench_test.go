@@ -3,12 +3,16 @@ package crawler
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/fixturesite"
+	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // chutesWait is how long chutes-search's crawler waits on every page for
@@ -64,6 +68,57 @@ func BenchmarkLightBudget(b *testing.B) {
 	b.ReportMetric(seq.Seconds(), "sequential-s")
 	b.ReportMetric(seq.Seconds()/(total.Seconds()/n), "speedup-x")
 	b.ReportMetric(22, "pages")
+}
+
+// BenchmarkLightBudgetViaProxy is BenchmarkLightBudget as the crawler runs
+// in a local sandbox: every fetch through the egress proxy, which checks
+// each address against the policy before it connects.
+func BenchmarkLightBudgetViaProxy(b *testing.B) {
+	site := fixturesite.Start(b, fixturesite.Options{Hosts: 6, Latency: 300 * time.Millisecond})
+	pol, err := egress.NewPolicy(providers.NetworkAll, nil, site.AllowPrivate())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := &egress.Proxy{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	sess := p.Session("bench", pol, nil, nil, &egress.Usage{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go sess.Serve(ln)
+	b.Cleanup(func() { ln.Close(); sess.Close() })
+	old := hostEnv
+	hostEnv = func(k string) string {
+		if k == egress.ProxyEnv {
+			return "http://" + ln.Addr().String()
+		}
+		return ""
+	}
+	b.Cleanup(func() { hostEnv = old })
+	var sources []Source
+	for _, h := range site.Hosts {
+		for _, p := range []string{"/", "/a", "/b", "/c"} {
+			sources = append(sources, Source{N: len(sources) + 1, URL: h.Page(p)})
+		}
+	}
+	in := Input{
+		Sources: sources,
+		Limits:  Limits{MaxPages: 22, MaxDepth: 1, MaxLinksPerPage: 8, MaxPagesPerHost: 4, MaxCharsPerSource: 8000},
+		Render:  RenderAuto,
+	}
+	var total time.Duration
+	for b.Loop() {
+		start := time.Now()
+		out, err := Crawl(b.Context(), in, nil)
+		total += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(out.Pages) != 22 {
+			b.Fatalf("crawled %d pages, want 22; skipped %+v", len(out.Pages), out.Skipped)
+		}
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "crawl-s/op")
 }
 
 // sequentialCrawl is the baseline: the same pages fetched and extracted one
