@@ -3,16 +3,12 @@ package crawler
 import (
 	"context"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/fixturesite"
-	"github.com/sandstep/sandstep/providers"
-	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // chutesWait is how long chutes-search's crawler waits on every page for
@@ -27,6 +23,31 @@ const chutesWait = 1200 * time.Millisecond
 // ns/op and crawl-s/op are this crawler's alone.
 func BenchmarkLightBudget(b *testing.B) {
 	site := fixturesite.Start(b, fixturesite.Options{Hosts: 6, Latency: 300 * time.Millisecond})
+	crawled, perCrawl := lightBudget(b, site)
+
+	start := time.Now()
+	if err := sequentialCrawl(b.Context(), crawled); err != nil {
+		b.Fatal(err)
+	}
+	seq := time.Since(start)
+	b.ReportMetric(seq.Seconds(), "sequential-s")
+	b.ReportMetric(seq.Seconds()/perCrawl, "speedup-x")
+	b.ReportMetric(22, "pages")
+}
+
+// BenchmarkLightBudgetViaProxy is BenchmarkLightBudget as the crawler runs
+// in a local sandbox: every fetch through the egress proxy, which checks
+// each address against the policy before it connects.
+func BenchmarkLightBudgetViaProxy(b *testing.B) {
+	site := fixturesite.Start(b, fixturesite.Options{Hosts: 6, Latency: 300 * time.Millisecond})
+	policyProxy(b, nil, site.AllowPrivate())
+	lightBudget(b, site)
+}
+
+// lightBudget crawls the light budget from site's hosts b.N times, reports
+// crawl-s/op and returns the pages of the last crawl and its seconds per
+// crawl.
+func lightBudget(b *testing.B, site *fixturesite.Site) ([]string, float64) {
 	var sources []Source
 	for _, h := range site.Hosts {
 		for _, p := range []string{"/", "/a", "/b", "/c"} {
@@ -39,7 +60,6 @@ func BenchmarkLightBudget(b *testing.B) {
 		Limits:       Limits{MaxPages: 22, MaxDepth: 1, MaxLinksPerPage: 8, MaxPagesPerHost: 4, MaxCharsPerSource: 8000},
 		Render:       RenderAuto,
 	}
-
 	var crawled []string
 	var total time.Duration
 	for b.Loop() {
@@ -57,68 +77,9 @@ func BenchmarkLightBudget(b *testing.B) {
 			crawled = append(crawled, p.URL)
 		}
 	}
-	n := float64(b.N)
-	b.ReportMetric(total.Seconds()/n, "crawl-s/op")
-
-	start := time.Now()
-	if err := sequentialCrawl(b.Context(), crawled); err != nil {
-		b.Fatal(err)
-	}
-	seq := time.Since(start)
-	b.ReportMetric(seq.Seconds(), "sequential-s")
-	b.ReportMetric(seq.Seconds()/(total.Seconds()/n), "speedup-x")
-	b.ReportMetric(22, "pages")
-}
-
-// BenchmarkLightBudgetViaProxy is BenchmarkLightBudget as the crawler runs
-// in a local sandbox: every fetch through the egress proxy, which checks
-// each address against the policy before it connects.
-func BenchmarkLightBudgetViaProxy(b *testing.B) {
-	site := fixturesite.Start(b, fixturesite.Options{Hosts: 6, Latency: 300 * time.Millisecond})
-	pol, err := egress.NewPolicy(providers.NetworkAll, nil, site.AllowPrivate())
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := &egress.Proxy{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	sess := p.Session("bench", pol, nil, nil, &egress.Usage{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go sess.Serve(ln)
-	b.Cleanup(func() { ln.Close(); sess.Close() })
-	old := hostEnv
-	hostEnv = func(k string) string {
-		if k == egress.ProxyEnv {
-			return "http://" + ln.Addr().String()
-		}
-		return ""
-	}
-	b.Cleanup(func() { hostEnv = old })
-	var sources []Source
-	for _, h := range site.Hosts {
-		for _, p := range []string{"/", "/a", "/b", "/c"} {
-			sources = append(sources, Source{N: len(sources) + 1, URL: h.Page(p)})
-		}
-	}
-	in := Input{
-		Sources: sources,
-		Limits:  Limits{MaxPages: 22, MaxDepth: 1, MaxLinksPerPage: 8, MaxPagesPerHost: 4, MaxCharsPerSource: 8000},
-		Render:  RenderAuto,
-	}
-	var total time.Duration
-	for b.Loop() {
-		start := time.Now()
-		out, err := Crawl(b.Context(), in, nil)
-		total += time.Since(start)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(out.Pages) != 22 {
-			b.Fatalf("crawled %d pages, want 22; skipped %+v", len(out.Pages), out.Skipped)
-		}
-	}
-	b.ReportMetric(total.Seconds()/float64(b.N), "crawl-s/op")
+	perCrawl := total.Seconds() / float64(b.N)
+	b.ReportMetric(perCrawl, "crawl-s/op")
+	return crawled, perCrawl
 }
 
 // sequentialCrawl is the baseline: the same pages fetched and extracted one

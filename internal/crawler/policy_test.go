@@ -8,51 +8,32 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/fixturesite"
 	"github.com/sandstep/sandstep/internal/testdns"
+	"github.com/sandstep/sandstep/internal/testhttp"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
 )
 
-// counter is a service on the host's loopback that no crawl may reach (the
-// API, DynamoDB Local): it counts every request it gets.
-type counter struct {
-	*httptest.Server
-	mu   sync.Mutex
-	hits []string
-}
-
-func newCounter(t *testing.T) *counter {
-	c := &counter{}
-	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.mu.Lock()
-		c.hits = append(c.hits, r.URL.Path)
-		c.mu.Unlock()
+// newCounter is a service on the host's loopback that no crawl may reach
+// (the API, DynamoDB Local), with a page worth crawling.
+func newCounter(t testing.TB) *testhttp.Recorder {
+	return testhttp.Start(t, testhttp.Options{Body: func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprint(w, "<html><body><p>secret internal page with plenty of text to be taken for content.</p></body></html>")
-	}))
-	t.Cleanup(c.Close)
-	return c
-}
-
-func (c *counter) requests() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]string(nil), c.hits...)
-}
-
-func (c *counter) port() string {
-	_, p, _ := net.SplitHostPort(c.Listener.Addr().String())
-	return p
+	}})
 }
 
 // policyProxy runs the egress proxy a provider would, with names resolved
 // by dns, and makes the crawler see it as the sandbox's way out.
-func policyProxy(t *testing.T, dns *testdns.Server, allowPrivate []string) {
+func policyProxy(t testing.TB, dns *testdns.Server, allowPrivate []string) {
 	t.Helper()
-	r, err := egress.NewResolver([]string{dns.Addr()})
+	var servers []string
+	if dns != nil {
+		servers = []string{dns.Addr()}
+	}
+	r, err := egress.NewResolver(servers)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +109,13 @@ func TestPolicySkips(t *testing.T) {
 				named = "evil.test"
 				policyProxy(t, dns, site.AllowPrivate())
 			}
-			apiAddr := "127.0.0.1:" + api.port()
+			apiAddr := "127.0.0.1:" + api.Port()
 			cases := []blockedCase{
 				{api.URL + "/seed", apiAddr},
-				{"http://" + named + ":" + api.port() + "/by-name", apiAddr},
+				{"http://" + named + ":" + api.Port() + "/by-name", apiAddr},
 				{"http://169.254.169.254/latest/meta-data/", "169.254.169.254:80"},
 				{alpha.RedirectTo(api.URL + "/redirected"), apiAddr},
-				{"http://[::ffff:127.0.0.1]:" + api.port() + "/mapped", apiAddr},
+				{"http://[::ffff:127.0.0.1]:" + api.Port() + "/mapped", apiAddr},
 			}
 			sources := []Source{{N: 1, URL: alpha.Page("/a")}}
 			for i, c := range cases {
@@ -146,7 +127,7 @@ func TestPolicySkips(t *testing.T) {
 				Limits:       Limits{MaxPagesPerHost: 10},
 			})
 			checkBlocked(t, out, alpha.Page("/a"), cases)
-			if hits := api.requests(); len(hits) != 0 {
+			if hits := api.Paths(); len(hits) != 0 {
 				t.Errorf("the loopback service got %v", hits)
 			}
 		})
@@ -168,7 +149,7 @@ func TestPolicyHoldsInTheBrowser(t *testing.T) {
 fetch(%[1]q + "/fetch").catch(() => {});
 fetch("http://localhost:%[2]s/by-name").catch(() => {});
 document.getElementById("t").innerText = "The script wrote this paragraph, which is long enough to be taken for the page's content by the extractor.";
-</script></body></html>`, api.URL, api.port())
+</script></body></html>`, api.URL, api.Port())
 			}))
 			defer page.Close()
 			allow := []string{strings.TrimPrefix(page.URL, "http://")}
@@ -184,7 +165,7 @@ document.getElementById("t").innerText = "The script wrote this paragraph, which
 			if len(out.Pages) != 1 || out.Pages[0].Mode != "browser" || !strings.Contains(out.Pages[0].Content, "The script wrote this") {
 				t.Fatalf("pages %+v skipped %+v: want the page rendered", out.Pages, out.Skipped)
 			}
-			if hits := api.requests(); len(hits) != 0 {
+			if hits := api.Paths(); len(hits) != 0 {
 				t.Errorf("the page's scripts reached the loopback service: %v", hits)
 			}
 		})

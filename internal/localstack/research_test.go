@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -468,5 +469,46 @@ func TestReportGrowsWhileTheModelStreams(t *testing.T) {
 	s.wait(t, id)
 	if md := s.reportMarkdown(t, id); !strings.Contains(md, "The second half arrives") {
 		t.Errorf("final report lacks the end of the stream:\n%s", md)
+	}
+}
+
+// The research agent's token is scoped to the agent's endpoint: the agent
+// sees a placeholder (which is what it could leak into its answer), and
+// the endpoint receives the token itself.
+func TestAgentTokenScopedToItsEndpoint(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	alpha := site.Hosts[0]
+	const token = "agent-token-3c9e07d1b6a24f58"
+	t.Setenv("SANDSTEP_AGENT_TOKEN", token)
+	var mu sync.Mutex
+	var got []string
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization")+" | "+r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(endpoint.Close)
+	// The agent calls its endpoint, then answers with a summary that
+	// carries what it saw of the token.
+	agent := `curl -s -o /dev/null --noproxy '' -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H "X-Api-Key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"
+url=$(printf '%s' "$PROMPT" | grep -o '"url":"[^"]*"' | head -1 | cut -d'"' -f4)
+printf '{"sources":[{"title":"t","url":"%s","summary":"The agent saw %s.","keyPoints":["one"]}],"overallInsights":[]}' "$url" "$ANTHROPIC_AUTH_TOKEN"`
+	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.agent]\nenabled = true\nmodel = \"m\"\nbase_url = %q\ncommand = %q\n", endpoint.URL, agent)
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: append(site.AllowPrivate(), strings.TrimPrefix(endpoint.URL, "http://"))})
+	s.research(t, "job-agent-token", "light", "speed", []string{alpha.Page("/a")})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "Bearer "+token+" | "+token {
+		t.Errorf("the agent's endpoint got %q, want the token itself", got)
+	}
+	var summary string
+	for _, src := range s.sources(t, "job-agent-token") {
+		if strings.HasPrefix(src.Content, "The agent saw ") {
+			summary = src.Content
+		}
+	}
+	if !strings.Contains(summary, "sandstep-placeholder-") || strings.Contains(summary, token) {
+		t.Errorf("the agent saw %q, want a placeholder and never the token", summary)
 	}
 }

@@ -7,49 +7,15 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/testdns"
+	"github.com/sandstep/sandstep/internal/testhttp"
 	"github.com/sandstep/sandstep/providers/egress"
 )
-
-// headerLog is a fixture API that records the Authorization headers it
-// gets, and echoes them back.
-type headerLog struct {
-	*httptest.Server
-	mu  sync.Mutex
-	got []string
-}
-
-func newHeaderLog(t *testing.T, tlsOn bool) *headerLog {
-	h := &headerLog{}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.mu.Lock()
-		h.got = append(h.got, r.URL.Path+" "+r.Header.Get("Authorization"))
-		h.mu.Unlock()
-		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
-	})
-	if tlsOn {
-		h.Server = httptest.NewTLSServer(handler)
-	} else {
-		h.Server = httptest.NewServer(handler)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
-
-func (h *headerLog) seen() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.got...)
-}
-
-func (h *headerLog) addr() string { return h.Listener.Addr().String() }
 
 // TestSecretScopedToItsHost: a dependency's secret with hosts is a
 // placeholder in the session sandbox: printing the environment, even in
@@ -59,8 +25,12 @@ func (h *headerLog) addr() string { return h.Listener.Addr().String() }
 // redacted from the run's output.
 func TestSecretScopedToItsHost(t *testing.T) {
 	need(t, "curl", "the runs call the fixture APIs with curl")
-	api := newHeaderLog(t, true) // httptest's certificate is for example.com
-	other := newHeaderLog(t, false)
+	// It echoes what it got, which the run's output must redact.
+	echo := func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "you sent %s\n", r.Header.Get("Authorization"))
+	}
+	api := testhttp.Start(t, testhttp.Options{TLS: true, Body: echo}) // httptest's certificate is for example.com
+	other := testhttp.Start(t, testhttp.Options{Body: echo})
 	dns := testdns.Start(t, map[string][]string{"example.com": {"127.0.0.1"}, "other.test": {"127.0.0.1"}})
 	caFile := filepath.Join(t.TempDir(), "upstream.pem")
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o600); err != nil {
@@ -73,11 +43,10 @@ func TestSecretScopedToItsHost(t *testing.T) {
 	pkg := fixturePackage(t, "sandstep-fixture-a")
 	e := newEnv(t, envConfig{
 		deps:    fmt.Sprintf("[[sessions.dependencies]]\npackage = %q\nsecret_env = \"SANDSTEP_TEST_SECRET\"\nhosts = [\"example.com\"]\n", pkg),
-		sandbox: fmt.Sprintf("network = \"all\"\nallow_private = [%q, %q]\n", api.addr(), other.addr()),
+		sandbox: fmt.Sprintf("network = \"all\"\nallow_private = [%q, %q]\n", api.Addr(), other.Addr()),
 		local:   fmt.Sprintf("dns_servers = [%q]\nupstream_ca_files = [%q]\n", dns.Addr(), caFile),
 	})
-	_, apiPort, _ := strings.Cut(api.addr(), ":")
-	_, otherPort, _ := strings.Cut(other.addr(), ":")
+	apiPort, otherPort := api.Port(), other.Port()
 
 	env := wantOK(t, e.run(tokenAcme, "scoped", "shell", "env"))
 	placeholder := ""
@@ -110,11 +79,20 @@ func TestSecretScopedToItsHost(t *testing.T) {
 	wantOK(t, e.run(tokenAcme, "scoped", "shell",
 		`curl -sS --fail --noproxy '' -H "Authorization: Bearer $SANDSTEP_TEST_SECRET" http://other.test:`+otherPort+`/elsewhere`))
 
-	if got, want := strings.Join(api.seen(), "\n"), "/with-curl Bearer "+secret+"\n/with-python Bearer "+secret; got != want {
-		t.Errorf("the secret's host got:\n%s\nwant:\n%s", got, want)
+	for _, c := range []struct {
+		svc        *testhttp.Recorder
+		path, want string
+	}{
+		{api, "/with-curl", "Bearer " + secret},
+		{api, "/with-python", "Bearer " + secret},
+		{other, "/elsewhere", "Bearer " + placeholder},
+	} {
+		if got := c.svc.Header(c.path, "Authorization"); got != c.want {
+			t.Errorf("%s arrived with %q, want %q", c.path, got, c.want)
+		}
 	}
-	if got, want := strings.Join(other.seen(), "\n"), "/elsewhere Bearer "+placeholder; got != want {
-		t.Errorf("another host got %q, want %q", got, want)
+	if n := len(api.Paths()) + len(other.Paths()); n != 3 {
+		t.Errorf("the fixtures got %d requests, want 3", n)
 	}
 	if strings.Contains(e.logs.String(), secret) {
 		t.Error("the secret is in the logs")

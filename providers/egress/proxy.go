@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/net/netutil"
 )
 
 // Proxy is an HTTP/1.1 forward proxy shared by the sandboxes of one
@@ -89,13 +91,20 @@ func (p *Proxy) Session(id string, policy Policy, secrets []Secret, ca *CA, usag
 	return s
 }
 
+// MaxConnsPerSession bounds the client connections one sandbox has open
+// at once: each costs the proxy a descriptor or two, which one sandbox
+// must not use up for all.
+const MaxConnsPerSession = 512
+
 // Serve answers the clients of ln until ln is closed or Close is called.
+// Beyond MaxConnsPerSession open connections, new ones wait in the
+// listen queue.
 func (s *Session) Serve(ln net.Listener) error {
 	srv := s.server(http.HandlerFunc(s.serveProxy))
 	if srv == nil {
 		return net.ErrClosed
 	}
-	err := srv.Serve(ln)
+	err := srv.Serve(netutil.LimitListener(ln, MaxConnsPerSession))
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		err = nil
 	}

@@ -10,57 +10,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/testdns"
+	"github.com/sandstep/sandstep/internal/testhttp"
 	"github.com/sandstep/sandstep/providers"
 )
-
-// recorder is an HTTP server on 127.0.0.1 that remembers the requests it
-// got, by path.
-type recorder struct {
-	*httptest.Server
-	mu   sync.Mutex
-	reqs map[string]*http.Request
-}
-
-func newRecorder(t *testing.T, tlsOn bool) *recorder {
-	r := &recorder{reqs: map[string]*http.Request{}}
-	h := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r.mu.Lock()
-		r.reqs[req.URL.Path] = req
-		r.mu.Unlock()
-		if to := req.URL.Query().Get("to"); to != "" {
-			http.Redirect(w, req, to, http.StatusFound)
-			return
-		}
-		fmt.Fprintf(w, "hello from %s", req.URL.Path)
-	})
-	if tlsOn {
-		r.Server = httptest.NewTLSServer(h)
-	} else {
-		r.Server = httptest.NewServer(h)
-	}
-	t.Cleanup(r.Close)
-	return r
-}
-
-func (r *recorder) got(path string) *http.Request {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.reqs[path]
-}
-
-func (r *recorder) port() string {
-	_, p, _ := net.SplitHostPort(r.Listener.Addr().String())
-	return p
-}
 
 // hostAddr returns a non-loopback address of this machine, or "" when it
 // has none.
@@ -139,15 +98,15 @@ func testProxy(t *testing.T, dns *testdns.Server, roots *x509.CertPool) *Proxy {
 // this machine or its private networks, directly, through a redirect from
 // an allowed page, or through a name that resolves to 127.0.0.1.
 func TestProxyDeniesThePrivateAndTheHost(t *testing.T) {
-	fixture := newRecorder(t, false)
-	api := newRecorder(t, false) // stands for the API, DynamoDB Local, any service on loopback
+	fixture := testhttp.Start(t, testhttp.Options{})
+	api := testhttp.Start(t, testhttp.Options{}) // stands for the API, DynamoDB Local, any service on loopback
 	dns := testdns.Start(t, map[string][]string{
 		"fixture.test":  {"127.0.0.1"},
 		"evil.test":     {"127.0.0.1"},
 		"mixed.test":    {"93.184.215.14", "127.0.0.1"},
 		"metadata.test": {"169.254.169.254"},
 	})
-	allowPrivate := []string{"127.0.0.1:" + fixture.port()}
+	allowPrivate := []string{"127.0.0.1:" + fixture.Port()}
 
 	// A service on every interface, reached through the host's own
 	// non-loopback address.
@@ -188,12 +147,12 @@ func TestProxyDeniesThePrivateAndTheHost(t *testing.T) {
 			}
 			cases := []struct{ what, url, want string }{
 				{"the fixture in allow_private", fixture.URL + "/page", wantOK},
-				{"the fixture by a name", "http://fixture.test:" + fixture.port() + "/byname", wantOK},
+				{"the fixture by a name", "http://fixture.test:" + fixture.Port() + "/byname", wantOK},
 				{"a loopback service", api.URL + "/direct", private("loopback")},
-				{"a loopback service through a name", "http://evil.test:" + api.port() + "/name", private("loopback")},
-				{"a name with a public and a loopback address", "http://mixed.test:" + api.port() + "/mixed", private("loopback")},
-				{"loopback as an IPv4-mapped IPv6 address", "http://[::ffff:127.0.0.1]:" + api.port() + "/mapped", private("loopback")},
-				{"another loopback address", "http://127.0.0.2:" + fixture.port() + "/other", private("loopback")},
+				{"a loopback service through a name", "http://evil.test:" + api.Port() + "/name", private("loopback")},
+				{"a name with a public and a loopback address", "http://mixed.test:" + api.Port() + "/mixed", private("loopback")},
+				{"loopback as an IPv4-mapped IPv6 address", "http://[::ffff:127.0.0.1]:" + api.Port() + "/mapped", private("loopback")},
+				{"another loopback address", "http://127.0.0.2:" + fixture.Port() + "/other", private("loopback")},
 				{"the metadata service", "http://169.254.169.254/latest/meta-data/", private("link-local")},
 				{"the metadata service by a name", "http://metadata.test/latest/", private("link-local")},
 				{"the IPv6 metadata service", "http://[fd00:ec2::254]/latest/", private("unique-local")},
@@ -211,15 +170,15 @@ func TestProxyDeniesThePrivateAndTheHost(t *testing.T) {
 				}
 			}
 			for _, path := range []string{"/direct", "/name", "/mixed", "/mapped", "/redirected"} {
-				if api.got(path) != nil {
+				if len(api.Got(path)) != 0 {
 					t.Errorf("the loopback service got %s", path)
 				}
 			}
-			if fixture.got("/other") != nil {
-				t.Errorf("127.0.0.2 reached the fixture although only 127.0.0.1:%s is allowed", fixture.port())
+			if len(fixture.Got("/other")) != 0 {
+				t.Errorf("127.0.0.2 reached the fixture although only 127.0.0.1:%s is allowed", fixture.Port())
 			}
 			// CONNECT is held to the same rules.
-			if got := outcome(t, c, "https://127.0.0.1:"+api.port()+"/tls"); got != "403 (CONNECT)" {
+			if got := outcome(t, c, "https://127.0.0.1:"+api.Port()+"/tls"); got != "403 (CONNECT)" {
 				t.Errorf("CONNECT to a loopback service: %s", got)
 			}
 			snap := u.Snapshot()
@@ -234,11 +193,11 @@ func TestProxyDeniesThePrivateAndTheHost(t *testing.T) {
 }
 
 func TestProxyAllowlist(t *testing.T) {
-	a := newRecorder(t, false)
-	b := newRecorder(t, false)
+	a := testhttp.Start(t, testhttp.Options{})
+	b := testhttp.Start(t, testhttp.Options{})
 	dns := testdns.Start(t, map[string][]string{"*.wild.test": {"127.0.0.1"}, "wild.test": {"127.0.0.1"}, "exact.test": {"127.0.0.1"}, "other.test": {"127.0.0.1"}})
 	pol, err := NewPolicy(providers.NetworkAllowlist,
-		[]string{"*.wild.test", "exact.test:" + a.port()},
+		[]string{"*.wild.test", "exact.test:" + a.Port()},
 		[]string{"127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
@@ -247,30 +206,30 @@ func TestProxyAllowlist(t *testing.T) {
 	c := client(proxyFor(t, p, p.Session("sbx-allow", pol, nil, nil, nil)), nil)
 	notAllowed := "403 " + ReasonNotAllowed + " "
 	for _, tc := range []struct{ url, want string }{
-		{"http://x.wild.test:" + a.port() + "/1", "200"},
-		{"http://deep.er.wild.test:" + b.port() + "/2", "200"},
-		{"http://wild.test:" + a.port() + "/3", notAllowed}, // the wildcard is for subdomains only
-		{"http://exact.test:" + a.port() + "/4", "200"},
-		{"http://exact.test:" + b.port() + "/5", notAllowed}, // another port
-		{"http://other.test:" + a.port() + "/6", notAllowed},
-		{"http://127.0.0.1:" + a.port() + "/7", notAllowed}, // the address is not the name
-		{"http://x.wild.test.evil:" + a.port() + "/8", notAllowed},
+		{"http://x.wild.test:" + a.Port() + "/1", "200"},
+		{"http://deep.er.wild.test:" + b.Port() + "/2", "200"},
+		{"http://wild.test:" + a.Port() + "/3", notAllowed}, // the wildcard is for subdomains only
+		{"http://exact.test:" + a.Port() + "/4", "200"},
+		{"http://exact.test:" + b.Port() + "/5", notAllowed}, // another port
+		{"http://other.test:" + a.Port() + "/6", notAllowed},
+		{"http://127.0.0.1:" + a.Port() + "/7", notAllowed}, // the address is not the name
+		{"http://x.wild.test.evil:" + a.Port() + "/8", notAllowed},
 	} {
 		if got := outcome(t, c, tc.url); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.url, got, tc.want)
 		}
 	}
 	for _, path := range []string{"/3", "/5", "/6", "/7", "/8"} {
-		if a.got(path) != nil || b.got(path) != nil {
+		if len(a.Got(path))+len(b.Got(path)) != 0 {
 			t.Errorf("a denied request arrived: %s", path)
 		}
 	}
 }
 
 func TestProxyHostScopedSecrets(t *testing.T) {
-	plain := newRecorder(t, false)
-	secure := newRecorder(t, true)
-	other := newRecorder(t, true)
+	plain := testhttp.Start(t, testhttp.Options{})
+	secure := testhttp.Start(t, testhttp.Options{TLS: true})
+	other := testhttp.Start(t, testhttp.Options{TLS: true})
 	// httptest's certificate is for example.com: the proxy verifies the
 	// upstream under that name.
 	dns := testdns.Start(t, map[string][]string{"example.com": {"127.0.0.1"}, "plain.test": {"127.0.0.1"}, "other.example.com": {"127.0.0.1"}})
@@ -317,43 +276,39 @@ func TestProxyHostScopedSecrets(t *testing.T) {
 
 	// HTTPS to the scoped host: terminated with the sandbox's CA, the real
 	// value in the headers upstream.
-	resp := get("https://example.com:"+secure.port()+"/scoped", map[string]string{"Authorization": "Bearer " + ph, "X-Api-Key": ph, "Proxy-Basic": basic})
+	resp := get("https://example.com:"+secure.Port()+"/scoped", map[string]string{"Authorization": "Bearer " + ph, "X-Api-Key": ph, "Proxy-Basic": basic})
 	if resp.TLS == nil || resp.TLS.PeerCertificates[0].Issuer.CommonName != "sandstep sandbox sbx-secrets" {
 		t.Errorf("the scoped host's certificate was not issued by the sandbox CA")
 	}
-	r := secure.got("/scoped")
-	if r == nil {
-		t.Fatal("the scoped request did not arrive")
-	}
-	if got := r.Header.Get("Authorization"); got != "Bearer real-value-1234" {
+	if got := secure.Header("/scoped", "Authorization"); got != "Bearer real-value-1234" {
 		t.Errorf("Authorization upstream %q, want the real value", got)
 	}
-	if got := r.Header.Get("X-Api-Key"); got != "real-value-1234" {
+	if got := secure.Header("/scoped", "X-Api-Key"); got != "real-value-1234" {
 		t.Errorf("X-Api-Key upstream %q", got)
 	}
 	// Plain HTTP to a scoped host, with the placeholder as a Basic password.
-	get("http://plain.test:"+plain.port()+"/basic", map[string]string{"Authorization": basic})
-	if r := plain.got("/basic"); r == nil {
+	get("http://plain.test:"+plain.Port()+"/basic", map[string]string{"Authorization": basic})
+	if rs := plain.Got("/basic"); len(rs) != 1 {
 		t.Fatal("the plain request did not arrive")
-	} else if user, pass, ok := r.BasicAuth(); !ok || user != "user" || pass != "real-value-1234" {
+	} else if user, pass, ok := rs[0].BasicAuth(); !ok || user != "user" || pass != "real-value-1234" {
 		t.Errorf("Basic credentials upstream %q %q %v", user, pass, ok)
 	}
 	// Another host: a plain tunnel, the placeholder unchanged.
-	resp = get("https://other.example.com:"+other.port()+"/elsewhere", map[string]string{"Authorization": "Bearer " + ph})
+	resp = get("https://other.example.com:"+other.Port()+"/elsewhere", map[string]string{"Authorization": "Bearer " + ph})
 	if !resp.TLS.PeerCertificates[0].Equal(other.Certificate()) {
 		t.Errorf("the tunnel to another host was intercepted")
 	}
-	if r := other.got("/elsewhere"); r == nil || r.Header.Get("Authorization") != "Bearer "+ph {
-		t.Errorf("another host got %v, want the placeholder", r)
+	if got := other.Header("/elsewhere", "Authorization"); got != "Bearer "+ph {
+		t.Errorf("another host got %q, want the placeholder", got)
 	}
 	// A redirect does not carry the value anywhere: the client sends the
 	// placeholder, and only the scoped host sees it replaced.
-	get("http://plain.test:"+plain.port()+"/hop?to="+url.QueryEscape("https://other.example.com:"+other.port()+"/after"), map[string]string{"X-Key": ph})
-	if r := other.got("/after"); r == nil || r.Header.Get("X-Key") != ph {
-		t.Errorf("after a redirect another host got %v", r)
+	get("http://plain.test:"+plain.Port()+"/hop?to="+url.QueryEscape("https://other.example.com:"+other.Port()+"/after"), map[string]string{"X-Key": ph})
+	if got := other.Header("/after", "X-Key"); got != ph {
+		t.Errorf("after a redirect another host got %q", got)
 	}
 	snap := u.Snapshot()
-	for _, want := range []string{"example.com:" + secure.port(), "other.example.com:" + other.port(), "plain.test:" + plain.port()} {
+	for _, want := range []string{"example.com:" + secure.Port(), "other.example.com:" + other.Port(), "plain.test:" + plain.Port()} {
 		if !strings.Contains(strings.Join(snap.Hosts, " "), want) {
 			t.Errorf("usage hosts %v lack %s", snap.Hosts, want)
 		}

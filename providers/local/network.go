@@ -293,15 +293,20 @@ func (p *Provider) stopEgress(s settings, id string) {
 
 // stopAllEgress stops serving every sandbox's way out, saving counters.
 func (p *Provider) stopAllEgress(s settings) {
+	for _, id := range p.servingIDs() {
+		p.stopEgress(s, id)
+	}
+}
+
+// servingIDs lists the sandboxes whose ways out this process serves.
+func (p *Provider) servingIDs() []string {
 	p.egressMu.Lock()
+	defer p.egressMu.Unlock()
 	ids := make([]string, 0, len(p.serving))
 	for id := range p.serving {
 		ids = append(ids, id)
 	}
-	p.egressMu.Unlock()
-	for _, id := range ids {
-		p.stopEgress(s, id)
-	}
+	return ids
 }
 
 // networkUsage returns what a sandbox sent and received so far, by every
@@ -322,13 +327,7 @@ func (p *Provider) networkUsage(s settings, id string) providers.NetworkUsage {
 // flushUsage saves the counters of every sandbox this process serves, so
 // that a crash loses little of them.
 func (p *Provider) flushUsage(s settings) {
-	p.egressMu.Lock()
-	ids := make([]string, 0, len(p.serving))
-	for id := range p.serving {
-		ids = append(ids, id)
-	}
-	p.egressMu.Unlock()
-	for _, id := range ids {
+	for _, id := range p.servingIDs() {
 		p.networkUsage(s, id)
 	}
 }

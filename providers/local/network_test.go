@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,51 +16,10 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testdns"
+	"github.com/sandstep/sandstep/internal/testhttp"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
 )
-
-// hostService is an HTTP server on the host that counts its requests by
-// path: a fixture a sandbox may reach, or a stand-in for the API.
-type hostService struct {
-	*httptest.Server
-	mu   sync.Mutex
-	hits map[string][]*http.Request
-}
-
-func newHostService(t *testing.T, tlsOn bool) *hostService {
-	h := &hostService{hits: map[string][]*http.Request{}}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.mu.Lock()
-		h.hits[r.URL.Path] = append(h.hits[r.URL.Path], r)
-		h.mu.Unlock()
-		if to := r.URL.Query().Get("to"); to != "" {
-			http.Redirect(w, r, to, http.StatusFound)
-			return
-		}
-		fmt.Fprintf(w, "service-ok %s", r.URL.Path)
-	})
-	if tlsOn {
-		h.Server = httptest.NewTLSServer(handler)
-	} else {
-		h.Server = httptest.NewServer(handler)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
-
-func (h *hostService) addr() string { return h.Listener.Addr().String() }
-
-func (h *hostService) port() string {
-	_, p, _ := net.SplitHostPort(h.addr())
-	return p
-}
-
-func (h *hostService) got(path string) []*http.Request {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.hits[path]
-}
 
 // nonLoopback returns a non-loopback IPv4 address of this machine.
 func nonLoopback(t *testing.T) string {
@@ -84,12 +42,12 @@ func nonLoopback(t *testing.T) string {
 type netEnv struct {
 	*testEnv
 	dns     *testdns.Server
-	fixture *hostService
+	fixture *testhttp.Recorder
 }
 
 func newNetEnv(t *testing.T, mod func(*config.LocalSettings)) *netEnv {
 	t.Helper()
-	fixture := newHostService(t, false)
+	fixture := testhttp.Start(t, testhttp.Options{})
 	dns := testdns.Start(t, map[string][]string{
 		"fixture.test": {"127.0.0.1"},
 		"evil.test":    {"127.0.0.1"},
@@ -104,7 +62,7 @@ func newNetEnv(t *testing.T, mod func(*config.LocalSettings)) *netEnv {
 		if mod != nil {
 			mod(ls)
 		}
-	}, func(d *providers.SandboxDefaults) { d.AllowPrivate = []string{fixture.addr()} })
+	}, func(d *providers.SandboxDefaults) { d.AllowPrivate = []string{fixture.Addr()} })
 	return &netEnv{testEnv: e, dns: dns, fixture: fixture}
 }
 
@@ -151,7 +109,7 @@ func TestNetworkOwnNamespace(t *testing.T) {
 			t.Errorf("%s: interfaces %q, want only lo", mode, out)
 		}
 		for _, target := range []string{
-			e.fixture.addr(), // allowed, but only through the proxy
+			e.fixture.Addr(), // allowed, but only through the proxy
 			fmt.Sprintf("%s:%d", host, widePort),
 			"169.254.169.254:80",
 			"1.1.1.1:443",
@@ -170,7 +128,7 @@ func TestNetworkOwnNamespace(t *testing.T) {
 			t.Errorf("%s: HTTPS_PROXY is %q, want %s", mode, proxyVar, egressURL)
 		}
 	}
-	if n := len(e.fixture.got("/")); n != 0 {
+	if n := len(e.fixture.Got("/")); n != 0 {
 		t.Errorf("the fixture got %d direct requests", n)
 	}
 }
@@ -181,7 +139,7 @@ func TestNetworkOwnNamespace(t *testing.T) {
 // through a redirect from the fixture; and "none" has no way out at all.
 func TestNetworkPolicyThroughTheProxy(t *testing.T) {
 	e := newNetEnv(t, nil)
-	api := newHostService(t, false) // stands for the API and DynamoDB Local: any service on the host's loopback
+	api := testhttp.Start(t, testhttp.Options{}) // stands for the API and DynamoDB Local: any service on the host's loopback
 	host := nonLoopback(t)
 	wide, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
@@ -218,15 +176,15 @@ func TestNetworkPolicyThroughTheProxy(t *testing.T) {
 				denied = func(string) string { return "fail" }
 			}
 			for _, c := range []struct{ what, url, want string }{
-				{"the fixture", "http://" + e.fixture.addr() + "/fixture", ok},
-				{"the fixture by name", "http://fixture.test:" + e.fixture.port() + "/byname", ok},
+				{"the fixture", "http://" + e.fixture.Addr() + "/fixture", ok},
+				{"the fixture by name", "http://fixture.test:" + e.fixture.Port() + "/byname", ok},
 				{"a loopback service", api.URL + "/direct", denied(egress.ReasonPrivate)},
-				{"a loopback service through a name", "http://evil.test:" + api.port() + "/name", denied(egress.ReasonPrivate)},
+				{"a loopback service through a name", "http://evil.test:" + api.Port() + "/name", denied(egress.ReasonPrivate)},
 				{"the metadata service", "http://169.254.169.254/latest/meta-data/", denied(egress.ReasonPrivate)},
 				{"the host's own address", fmt.Sprintf("http://%s:%d/wide", host, widePort), denied(egress.ReasonHostAddress)},
 				{"a redirect from the fixture to a loopback service", "-L '" + e.fixture.URL + "/hop?to=" + url.QueryEscape(api.URL+"/redirected") + "'", denied(egress.ReasonPrivate)},
 				{"a redirect from the fixture to the metadata service", "-L '" + e.fixture.URL + "/hop2?to=" + url.QueryEscape("http://169.254.169.254/") + "'", denied(egress.ReasonPrivate)},
-				{"TLS to a loopback service", "https://127.0.0.1:" + api.port() + "/tls", "fail"},
+				{"TLS to a loopback service", "https://127.0.0.1:" + api.Port() + "/tls", "fail"},
 			} {
 				if got := e.curl(sb.ID, proxy+c.url); got != c.want {
 					t.Errorf("%s: %s, want %s", c.what, got, c.want)
@@ -235,7 +193,7 @@ func TestNetworkPolicyThroughTheProxy(t *testing.T) {
 		})
 	}
 	for _, path := range []string{"/direct", "/name", "/redirected", "/tls"} {
-		if n := len(api.got(path)); n != 0 {
+		if n := len(api.Got(path)); n != 0 {
 			t.Errorf("the loopback service got %d requests for %s", n, path)
 		}
 	}
@@ -249,30 +207,30 @@ func TestNetworkPolicyThroughTheProxy(t *testing.T) {
 // TestNetworkAllowlist: exactly the listed hosts, wildcards and ports
 // included.
 func TestNetworkAllowlist(t *testing.T) {
-	other := newHostService(t, false)
+	other := testhttp.Start(t, testhttp.Options{})
 	e := newNetEnv(t, nil)
 	e.p.mu.Lock()
 	e.p.defaults.AllowPrivate = []string{"127.0.0.1"}
 	e.p.mu.Unlock()
 	sb := e.create(providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAllowlist,
-		AllowHosts: []string{"*.wild.test", "exact.test:" + e.fixture.port()}}})
+		AllowHosts: []string{"*.wild.test", "exact.test:" + e.fixture.Port()}}})
 	notAllowed := "403 " + egress.ReasonNotAllowed
 	for _, c := range []struct{ url, want string }{
-		{"http://a.wild.test:" + e.fixture.port() + "/1", "200"},
-		{"http://b.c.wild.test:" + other.port() + "/2", "200"},
-		{"http://wild.test:" + e.fixture.port() + "/3", notAllowed},
-		{"http://exact.test:" + e.fixture.port() + "/4", "200"},
-		{"http://exact.test:" + other.port() + "/5", notAllowed},
-		{"http://other.test:" + e.fixture.port() + "/6", notAllowed},
-		{"http://127.0.0.1:" + e.fixture.port() + "/7", notAllowed},
-		{"https://other.test:" + other.port() + "/8", "fail"}, // CONNECT refused
+		{"http://a.wild.test:" + e.fixture.Port() + "/1", "200"},
+		{"http://b.c.wild.test:" + other.Port() + "/2", "200"},
+		{"http://wild.test:" + e.fixture.Port() + "/3", notAllowed},
+		{"http://exact.test:" + e.fixture.Port() + "/4", "200"},
+		{"http://exact.test:" + other.Port() + "/5", notAllowed},
+		{"http://other.test:" + e.fixture.Port() + "/6", notAllowed},
+		{"http://127.0.0.1:" + e.fixture.Port() + "/7", notAllowed},
+		{"https://other.test:" + other.Port() + "/8", "fail"}, // CONNECT refused
 	} {
 		if got := e.curl(sb.ID, "--noproxy '' "+c.url); got != c.want {
 			t.Errorf("%s: %s, want %s", c.url, got, c.want)
 		}
 	}
 	for _, p := range []string{"/3", "/5", "/6", "/7", "/8"} {
-		if len(e.fixture.got(p))+len(other.got(p)) != 0 {
+		if len(e.fixture.Got(p))+len(other.Got(p)) != 0 {
 			t.Errorf("%s arrived although the allowlist does not admit it", p)
 		}
 	}
@@ -288,7 +246,7 @@ func TestNetworkAllowlist(t *testing.T) {
 func TestNetworkSurvivesPluginRestart(t *testing.T) {
 	e := newNetEnv(t, nil)
 	sb := e.create(providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAll}})
-	fetch := "--noproxy '' http://" + e.fixture.addr() + "/"
+	fetch := "--noproxy '' http://" + e.fixture.Addr() + "/"
 	if got := e.curl(sb.ID, fetch+"one"); got != "200" {
 		t.Fatalf("before the restart: %s", got)
 	}
@@ -309,7 +267,7 @@ func TestNetworkSurvivesPluginRestart(t *testing.T) {
 	}
 	t.Logf("usage before %+v, after %+v", before.Network, after.Network)
 	if before.Network.Connections != 1 || after.Network.Connections != 2 || after.Network.BytesIn <= before.Network.BytesIn ||
-		len(after.Network.Hosts) != 1 || after.Network.Hosts[0] != e.fixture.addr() {
+		len(after.Network.Hosts) != 1 || after.Network.Hosts[0] != e.fixture.Addr() {
 		t.Errorf("usage before %+v, after %+v: want one connection more, and the fixture as the host", before.Network, after.Network)
 	}
 }
@@ -318,8 +276,8 @@ func TestNetworkSurvivesPluginRestart(t *testing.T) {
 // secret's host carry the value, over TLS the proxy terminates with the
 // sandbox's CA; requests elsewhere carry the placeholder.
 func TestHostScopedSecrets(t *testing.T) {
-	scoped := newHostService(t, true) // httptest's certificate is for example.com
-	other := newHostService(t, false)
+	scoped := testhttp.Start(t, testhttp.Options{TLS: true}) // httptest's certificate is for example.com
+	other := testhttp.Start(t, testhttp.Options{})
 	caFile := filepath.Join(t.TempDir(), "upstream.pem")
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: scoped.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
@@ -327,7 +285,7 @@ func TestHostScopedSecrets(t *testing.T) {
 	const value = "sk-live-9f2c4e1a77b3d05e"
 	e := newNetEnv(t, func(ls *config.LocalSettings) { ls.UpstreamCAFiles = []string{caFile} })
 	e.p.mu.Lock()
-	e.p.defaults.AllowPrivate = []string{scoped.addr(), other.addr()}
+	e.p.defaults.AllowPrivate = []string{scoped.Addr(), other.Addr()}
 	e.p.mu.Unlock()
 	sb := e.create(providers.CreateSpec{
 		Network: providers.NetworkPolicy{Mode: providers.NetworkAll},
@@ -362,13 +320,13 @@ func TestHostScopedSecrets(t *testing.T) {
 
 	// curl, with the system bundle the sandbox trusts, and Python's
 	// standard library, which honours the proxy variables too.
-	scopedURL := "https://example.com:" + scoped.port()
+	scopedURL := "https://example.com:" + scoped.Port()
 	e.sh(sb.ID, `curl -sS --fail -o /dev/null -H "Authorization: Bearer $API_KEY" `+scopedURL+`/curl`)
 	e.sh(sb.ID, `U=`+scopedURL+`/python python3 -c 'import os, urllib.request as u; u.urlopen(u.Request(os.environ["U"], headers={"X-Api-Key": os.environ["API_KEY"]})).read()'`)
 	// Another host gets the placeholder, over plain HTTP as over a tunnel.
-	e.sh(sb.ID, `curl -sS --fail -o /dev/null --noproxy '' -H "Authorization: Bearer $API_KEY" http://`+other.addr()+`/other`)
+	e.sh(sb.ID, `curl -sS --fail -o /dev/null --noproxy '' -H "Authorization: Bearer $API_KEY" http://`+other.Addr()+`/other`)
 	for _, c := range []struct {
-		svc          *hostService
+		svc          *testhttp.Recorder
 		path, header string
 		want         string
 	}{
@@ -376,9 +334,8 @@ func TestHostScopedSecrets(t *testing.T) {
 		{scoped, "/python", "X-Api-Key", value},
 		{other, "/other", "Authorization", "Bearer " + placeholder},
 	} {
-		reqs := c.svc.got(c.path)
-		if len(reqs) != 1 || reqs[0].Header.Get(c.header) != c.want {
-			t.Errorf("%s: %d requests, %s %q, want %q", c.path, len(reqs), c.header, headerOf(reqs, c.header), c.want)
+		if n, got := len(c.svc.Got(c.path)), c.svc.Header(c.path, c.header); n != 1 || got != c.want {
+			t.Errorf("%s: %d requests, %s %q, want %q", c.path, n, c.header, got, c.want)
 		}
 	}
 	// The bundle is copied in, not bound from the state dir: its mount
@@ -392,11 +349,4 @@ func TestHostScopedSecrets(t *testing.T) {
 	} else if fi, _ := os.Stat(filepath.Join(e.dir, "sandboxes", sb.ID, egressFile)); fi.Mode().Perm() != 0o600 {
 		t.Errorf("the egress state (with the CA key) has mode %v", fi.Mode().Perm())
 	}
-}
-
-func headerOf(reqs []*http.Request, h string) string {
-	if len(reqs) == 0 {
-		return ""
-	}
-	return reqs[0].Header.Get(h)
 }
