@@ -204,11 +204,12 @@ func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[s
 func (c *Config) SandboxDefaults() providers.SandboxDefaults {
 	s := c.Sandbox
 	return providers.SandboxDefaults{
-		Lifetime:    s.Lifetime.D(),
-		IdleTimeout: s.IdleTimeout.D(),
-		ExecTimeout: s.ExecTimeout.D(),
-		MemoryMB:    s.MemoryMB,
-		Network:     providers.NetworkPolicy{Mode: s.Network, AllowHosts: slices.Clone(s.AllowHosts)},
+		Lifetime:     s.Lifetime.D(),
+		IdleTimeout:  s.IdleTimeout.D(),
+		ExecTimeout:  s.ExecTimeout.D(),
+		MemoryMB:     s.MemoryMB,
+		Network:      providers.NetworkPolicy{Mode: s.Network, AllowHosts: slices.Clone(s.AllowHosts)},
+		AllowPrivate: slices.Clone(s.AllowPrivate),
 	}
 }
 

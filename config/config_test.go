@@ -68,7 +68,7 @@ func TestUnknownKeyHints(t *testing.T) {
 		{"[sever]\naddr = \"x:1\"\n", `config.toml:1: unknown key "sever" (did you mean "server"?)`},
 		{"[server]\nAddr = \"x:1\"\n", `config.toml:2: unknown key "server.Addr" (did you mean "addr"?)`},
 		{"[server]\n\nmemory_mb = 512\n", `config.toml:3: unknown key "server.memory_mb" (did you mean "sandbox.memory_mb"?)`},
-		{"[sandbox]\ncolour = 1\n", `config.toml:2: unknown key "sandbox.colour" (known keys in [sandbox]: allow_hosts, exec_timeout, idle_timeout, lifetime, memory_mb, network)`},
+		{"[sandbox]\ncolour = 1\n", `config.toml:2: unknown key "sandbox.colour" (known keys in [sandbox]: allow_hosts, allow_private, exec_timeout, idle_timeout, lifetime, memory_mb, network)`},
 		// Dotted keys and inline tables get their own lines too.
 		{"# c\n\nsandbox.memry_mb = 100\n", `config.toml:3: unknown key "sandbox.memry_mb" (did you mean "memory_mb"?)`},
 		{"[provider]\nname = \"local\"\nlocal = { max_processes = 3, bwrap = \"/usr/bin/bwrap\" }\n", `config.toml:3: unknown key "provider.local.bwrap" (did you mean "bwrap_path"?)`},
@@ -153,7 +153,13 @@ func TestInvalidValues(t *testing.T) {
 		{"\n[sandbox]\nlifetime = \"1m\"\n", `config.toml:2: sandbox.exec_timeout (5m0s) must not be longer than sandbox.lifetime (1m0s)`},
 		{"[sandbox]\nnetwork = \"allowlist\"\n", `config.toml:2: sandbox.network = "allowlist" needs at least one host in sandbox.allow_hosts`},
 		{"[sandbox]\nallow_hosts = [\"pypi.org\"]\n", `config.toml:2: sandbox.allow_hosts: only used when sandbox.network = "allowlist" (it is "none")`},
-		{"[sandbox]\nnetwork = \"allowlist\"\nallow_hosts = [\n  \"pypi.org\",\n  \"https://x.org/\",\n]\n", `config.toml:3: sandbox.allow_hosts[1]: "https://x.org/" is not a host name (such as "pypi.org" or "*.github.com", no scheme or path)`},
+		{"[sandbox]\nnetwork = \"allowlist\"\nallow_hosts = [\n  \"pypi.org\",\n  \"https://x.org/\",\n]\n", `config.toml:3: sandbox.allow_hosts[1]: "https://x.org/" is not a host name (such as "pypi.org" or "*.github.com", optionally with :port; no scheme or path)`},
+		{"[sandbox]\nallow_private = [\n  \"127.0.0.1:8443\",\n  \"fixture.local:80\",\n]\n", `config.toml:2: sandbox.allow_private[1]: "fixture.local:80": not an IP address or CIDR prefix (such as "127.0.0.1:8443" or "10.1.2.0/24"); host names are not allowed here`},
+		{"[sandbox]\nallow_private = [\"10.1.2.3/24\"]\n", `config.toml:2: sandbox.allow_private[0]: "10.1.2.3/24": the prefix has host bits set (did you mean 10.1.2.0/24?)`},
+		{"[server]\naddr = \"0.0.0.0:8080\"\n", `config.toml:2: server.addr: "0.0.0.0" is not a loopback address: the API would be reachable from other machines; use 127.0.0.1 (or ::1), or set server.allow_non_loopback = true to mean it`},
+		{"[server]\naddr = \":8080\"\n", `config.toml:2: server.addr: an empty host listens on every interface: the API would be reachable from other machines; use 127.0.0.1 (or ::1), or set server.allow_non_loopback = true to mean it`},
+		{"[provider.local]\ndns_servers = [\"dns.google\"]\n", `config.toml:2: provider.local.dns_servers[0]: "dns.google": not an IP address or IP:port (such as "1.1.1.1" or "127.0.0.1:5353")`},
+		{"[provider.local]\nupstream_ca_files = [\"/nonexistent/ca.pem\"]\n", `config.toml:2: provider.local.upstream_ca_files[0]: open /nonexistent/ca.pem: no such file or directory`},
 		{"[server]\naddr = \"localhost\"\n", `config.toml:2: server.addr: "localhost" is not host:port (such as "127.0.0.1:8080")`},
 		{"[provider]\nname = \"My Plugin\"\n", `config.toml:2: provider.name: "My Plugin" is not a plugin name (lower-case letters, digits, - and _)`},
 		{"[provider.sandy]\npriority = 7\n", `config.toml:2: provider.sandy.priority: must be 0 (critical), 1 (high), 2 (normal) or 3 (low), not 7`},
@@ -441,14 +447,30 @@ func TestLoadUsesSandstepConfig(t *testing.T) {
 	}
 }
 
+func TestListenAddrs(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:8080", "[::1]:0", "localhost:9000", "127.1.2.3:80"} {
+		if _, err := config.Parse([]byte("[server]\naddr = \""+ok+"\"\n"), "config.toml", t.TempDir()); err != nil {
+			t.Errorf("addr %s: %v", ok, err)
+		}
+	}
+	c, err := config.Parse([]byte("[server]\naddr = \"0.0.0.0:8080\"\nallow_non_loopback = true\n"), "config.toml", t.TempDir())
+	if err != nil || c.Server.Addr != "0.0.0.0:8080" {
+		t.Errorf("a non-loopback address with allow_non_loopback: %v", err)
+	}
+	if err := config.CheckListenAddr("192.0.2.2:8080", false); err == nil {
+		t.Error("CheckListenAddr accepted a non-loopback address")
+	}
+}
+
 func TestSandboxDefaults(t *testing.T) {
-	c := mustParse(t, "[sandbox]\nlifetime = \"1h\"\nidle_timeout = \"0s\"\nnetwork = \"allowlist\"\nallow_hosts = [\"pypi.org\", \"*.github.com:443\"]\n", t.TempDir())
+	c := mustParse(t, "[sandbox]\nlifetime = \"1h\"\nidle_timeout = \"0s\"\nnetwork = \"allowlist\"\nallow_hosts = [\"pypi.org\", \"*.github.com:443\"]\nallow_private = [\"127.0.0.1:8443\", \"10.1.2.0/24\"]\n", t.TempDir())
 	want := providers.SandboxDefaults{
-		Lifetime:    time.Hour,
-		IdleTimeout: 0,
-		ExecTimeout: 5 * time.Minute,
-		MemoryMB:    1024,
-		Network:     providers.NetworkPolicy{Mode: providers.NetworkAllowlist, AllowHosts: []string{"pypi.org", "*.github.com:443"}},
+		Lifetime:     time.Hour,
+		IdleTimeout:  0,
+		ExecTimeout:  5 * time.Minute,
+		MemoryMB:     1024,
+		Network:      providers.NetworkPolicy{Mode: providers.NetworkAllowlist, AllowHosts: []string{"pypi.org", "*.github.com:443"}},
+		AllowPrivate: []string{"127.0.0.1:8443", "10.1.2.0/24"},
 	}
 	if got := c.SandboxDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)

@@ -1,8 +1,12 @@
 package config
 
 import (
+	"crypto/x509"
+	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -11,7 +15,33 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/egress"
 )
+
+// CheckListenAddr checks a host:port to serve the API on. Only loopback
+// addresses (and "localhost") are accepted unless nonLoopback is set: the
+// control plane is out of reach of other machines unless the operator says
+// otherwise ([server] allow_non_loopback).
+func CheckListenAddr(addr string, nonLoopback bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port (such as \"127.0.0.1:8080\")", addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if nonLoopback {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap().IsLoopback() || host == "localhost" {
+		return nil
+	}
+	what := fmt.Sprintf("%q is not a loopback address", host)
+	if host == "" {
+		what = "an empty host listens on every interface"
+	}
+	return fmt.Errorf("%s: the API would be reachable from other machines; use 127.0.0.1 (or ::1), or set server.allow_non_loopback = true to mean it", what)
+}
 
 // resolve makes p absolute against dir.
 func resolve(dir, p string) string {
@@ -25,6 +55,9 @@ func resolve(dir, p string) string {
 type ServerConfig struct {
 	Addr    string `toml:"addr"`
 	DataDir string `toml:"data_dir"`
+	// AllowNonLoopback lets Addr be something other than a loopback
+	// address: the API is then reachable from other machines.
+	AllowNonLoopback bool `toml:"allow_non_loopback"`
 }
 
 func (s *ServerConfig) setDefaults() {
@@ -33,10 +66,8 @@ func (s *ServerConfig) setDefaults() {
 }
 
 func (s *ServerConfig) check(c *Config, r *report) {
-	if _, port, err := net.SplitHostPort(s.Addr); err != nil {
-		r.add("server.addr", "server.addr: %q is not host:port (such as \"127.0.0.1:8080\")", s.Addr)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		r.add("server.addr", "server.addr: port %q is not a number from 0 to 65535", port)
+	if err := CheckListenAddr(s.Addr, s.AllowNonLoopback); err != nil {
+		r.add("server.addr", "server.addr: %v", err)
 	}
 	if s.DataDir == "" {
 		r.add("server.data_dir", "server.data_dir: must not be empty")
@@ -97,6 +128,8 @@ func (l *LocalSettings) setDefaults() {
 	l.VolumeCapacityMB = 1024
 	l.SnapshotSizeMB = 8192
 	l.UnenforcedLimits = []string{}
+	l.DNSServers = []string{}
+	l.UpstreamCAFiles = []string{}
 }
 
 // DefaultLocalROPaths are the host paths every local sandbox sees,
@@ -154,6 +187,19 @@ func (l *LocalSettings) check(c *Config, r *report) {
 	for i, v := range l.UnenforcedLimits {
 		if !slices.Contains(UnenforceableLimits, v) {
 			r.add(index(t+".unenforced_limits", i), "%s.unenforced_limits[%d]: %q is not one of %s", t, i, v, strings.Join(quoteAll(UnenforceableLimits), ", "))
+		}
+	}
+	for i, d := range l.DNSServers {
+		if _, err := egress.ParseDNSServer(d); err != nil {
+			r.add(index(t+".dns_servers", i), "%s.dns_servers[%d]: %v", t, i, err)
+		}
+	}
+	for i, f := range l.UpstreamCAFiles {
+		l.UpstreamCAFiles[i] = resolve(c.Dir, f)
+		if b, err := os.ReadFile(l.UpstreamCAFiles[i]); err != nil {
+			r.add(index(t+".upstream_ca_files", i), "%s.upstream_ca_files[%d]: %v", t, i, err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			r.add(index(t+".upstream_ca_files", i), "%s.upstream_ca_files[%d]: %s holds no PEM certificate", t, i, f)
 		}
 	}
 }
@@ -252,6 +298,10 @@ type SandboxConfig struct {
 	MemoryMB    int                   `toml:"memory_mb"`
 	Network     providers.NetworkMode `toml:"network"`
 	AllowHosts  []string              `toml:"allow_hosts"`
+	// AllowPrivate lists the never-public addresses (loopback, private
+	// ranges, link-local, the host's own) that sandboxes with network may
+	// reach all the same: "IP", "IP:port", "CIDR" or "CIDR:port".
+	AllowPrivate []string `toml:"allow_private"`
 }
 
 func (s *SandboxConfig) setDefaults() {
@@ -261,11 +311,17 @@ func (s *SandboxConfig) setDefaults() {
 	s.MemoryMB = 1024
 	s.Network = providers.NetworkNone
 	s.AllowHosts = []string{}
+	s.AllowPrivate = []string{}
 }
 
-// allowHost is a host name or IPv4 address, optionally "*." for any
-// subdomain and ":port"; no scheme or path.
-var allowHost = regexp.MustCompile(`^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$`)
+// checkHostRule reports a host that is not a name, "*.domain" or an
+// address, each optionally with ":port" (the grammar the egress proxy
+// matches with).
+func checkHostRule(r *report, key string, i int, h, example string) {
+	if _, err := egress.ParseHostRule(h); err != nil {
+		r.add(index(key, i), "%s[%d]: %q is not a host name (such as %s, optionally with :port; no scheme or path)", key, i, h, example)
+	}
+}
 
 func (s *SandboxConfig) check(_ *Config, r *report) {
 	positive(r, "sandbox.lifetime", s.Lifetime)
@@ -292,8 +348,11 @@ func (s *SandboxConfig) check(_ *Config, r *report) {
 		r.add("sandbox.network", "sandbox.network: must be \"none\", \"all\" or \"allowlist\", not %q", s.Network)
 	}
 	for i, h := range s.AllowHosts {
-		if !allowHost.MatchString(h) {
-			r.add(index("sandbox.allow_hosts", i), "sandbox.allow_hosts[%d]: %q is not a host name (such as \"pypi.org\" or \"*.github.com\", no scheme or path)", i, h)
+		checkHostRule(r, "sandbox.allow_hosts", i, h, `"pypi.org" or "*.github.com"`)
+	}
+	for i, a := range s.AllowPrivate {
+		if _, err := egress.ParseAddrRule(a); err != nil {
+			r.add(index("sandbox.allow_private", i), "sandbox.allow_private[%d]: %v", i, err)
 		}
 	}
 }

@@ -154,9 +154,7 @@ func (s *SessionsConfig) check(_ *Config, r *report) {
 			r.add(join(el, "hosts"), "%s.hosts: only used with secret_env (the hosts the secret may be sent to)", el)
 		}
 		for k, h := range d.Hosts {
-			if !allowHost.MatchString(h) {
-				r.add(index(join(el, "hosts"), k), "%s.hosts[%d]: %q is not a host name (such as \"api.linear.app\" or \"*.example.com\", no scheme or path)", el, k, h)
-			}
+			checkHostRule(r, join(el, "hosts"), k, h, `"api.linear.app" or "*.example.com"`)
 		}
 		if d.Docs == nil {
 			d.Docs = []string{}

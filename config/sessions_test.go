@@ -81,7 +81,7 @@ func TestSessionsProblems(t *testing.T) {
 		{"[[sessions.dependencies]]\npackage = \"lodash; rm -rf /\"\n", "config.toml:2: sessions.dependencies[0].package: must not contain blanks or control characters"},
 		{"[[sessions.dependencies]]\npackage = \"zod\"\ndocs = [\"ftp://x\"]\n", `config.toml:3: sessions.dependencies[0].docs[0]: "ftp://x" is not an http or https URL`},
 		{"[[sessions.dependencies]]\npackage = \"zod\"\nhosts = [\"api.example.com\"]\n", "config.toml:3: sessions.dependencies[0].hosts: only used with secret_env (the hosts the secret may be sent to)"},
-		{"[[sessions.dependencies]]\npackage = \"zod\"\nsecret_env = \"K\"\nhosts = [\"https://api.example.com/\"]\n", `config.toml:4: sessions.dependencies[0].hosts[0]: "https://api.example.com/" is not a host name (such as "api.linear.app" or "*.example.com", no scheme or path)`},
+		{"[[sessions.dependencies]]\npackage = \"zod\"\nsecret_env = \"K\"\nhosts = [\"https://api.example.com/\"]\n", `config.toml:4: sessions.dependencies[0].hosts[0]: "https://api.example.com/" is not a host name (such as "api.linear.app" or "*.example.com", optionally with :port; no scheme or path)`},
 		{"[[sessions.dependencies]]\npackage = \"zod\"\nsecret_env = \"sk-live-abc\"\n", `config.toml:3: sessions.dependencies[0].secret_env: must be the name of an environment variable (A-Z, 0-9 and _, such as "SANDY_API_KEY"); the value is not shown in case it is the secret itself`},
 		{"[[sessions.dependencies]]\npackage = \"zod\"\nsecret = \"sk-live-abc\"\n", `config.toml:3: sessions.dependencies[0].secret: secrets are never written in the config file; put the value in an environment variable and name it: secret_env = "VARIABLE"`},
 	} {

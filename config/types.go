@@ -76,6 +76,14 @@ type LocalSettings struct {
 	// accepts to go without on a host that lacks their mechanism; without
 	// it such a host refuses to run sandboxes.
 	UnenforcedLimits []string `toml:"unenforced_limits" json:"unenforced_limits"`
+	// DNSServers are the resolvers ("IP" or "IP:port") the egress proxy
+	// asks for the names sandboxes connect to; empty means the system's.
+	DNSServers []string `toml:"dns_servers" json:"dns_servers"`
+	// UpstreamCAFiles are PEM files of extra roots the egress proxy trusts
+	// when it connects to a host on a sandbox's behalf over TLS (hosts a
+	// secret is scoped to), besides the system's: a corporate TLS proxy's
+	// root, say. Relative to the config file.
+	UpstreamCAFiles []string `toml:"upstream_ca_files" json:"upstream_ca_files"`
 }
 
 // UnenforceableLimits are the limits of the local provider that need a

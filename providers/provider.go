@@ -12,6 +12,7 @@ package providers
 import (
 	"context"
 	"io"
+	"log/slog"
 	"time"
 )
 
@@ -112,6 +113,12 @@ type SandboxDefaults struct {
 	ExecTimeout time.Duration
 	MemoryMB    int
 	Network     NetworkPolicy
+	// AllowPrivate lists the addresses in never-public ranges (loopback,
+	// link-local, RFC 1918, CGNAT, unique-local) and of the host itself
+	// that sandboxes with network may reach all the same: "IP", "IP:port",
+	// "CIDR" or "CIDR:port" ([sandbox] allow_private). Everything else of
+	// that kind is denied.
+	AllowPrivate []string
 }
 
 // Info describes a provider.
@@ -132,6 +139,11 @@ type Capabilities struct {
 	ExecStreaming  bool // Exec output arrives while the command runs
 	FileAPI        bool // files move without going through Exec
 	PublicURL      bool // sandboxes can expose a port at Sandbox.PublicURL
+	// HostScopedSecrets: a Secret with Hosts never reaches the sandbox as
+	// its value; the sandbox sees a placeholder, which the provider's way
+	// out replaces with the value in requests to those hosts only. Without
+	// it such a secret is a plain environment variable.
+	HostScopedSecrets bool
 	// NetworkModes lists the NetworkPolicy modes the provider enforces.
 	NetworkModes []NetworkMode
 	// MaxLifetime is the longest lifetime a sandbox may ask for; 0 = no cap.
@@ -187,14 +199,19 @@ type NetworkMode string
 
 const (
 	NetworkNone      NetworkMode = "none"      // no connection leaves the sandbox
-	NetworkAll       NetworkMode = "all"       // unrestricted outbound
+	NetworkAll       NetworkMode = "all"       // public addresses, and allow_private
 	NetworkAllowlist NetworkMode = "allowlist" // only to AllowHosts
 )
 
 // NetworkPolicy is a sandbox's network access. The zero value is "use the
-// provider's default".
+// provider's default". Whatever the mode, never-public addresses (loopback,
+// link-local and the metadata service, private ranges) are out of reach
+// unless SandboxDefaults.AllowPrivate lists them.
 type NetworkPolicy struct {
-	Mode       NetworkMode
+	Mode NetworkMode
+	// AllowHosts are the hosts an allowlist admits: names, "*.domain" for
+	// any subdomain of domain, or addresses, each optionally with ":port"
+	// (no port: every port).
 	AllowHosts []string
 }
 
@@ -231,8 +248,10 @@ type Mount struct {
 }
 
 // Secret is a value the sandbox may use. Where the provider supports host
-// scoping (Hosts non-empty), the value is only revealed on requests to those
-// hosts; elsewhere it is set as the environment variable Name.
+// scoping (Capabilities.HostScopedSecrets, Hosts non-empty), the variable
+// Name holds a placeholder and the value is only put into the headers of
+// requests to those hosts; elsewhere the value is set as the environment
+// variable Name. Hosts take the grammar of NetworkPolicy.AllowHosts.
 type Secret struct {
 	Name  string
 	Value string
@@ -266,6 +285,31 @@ type Sandbox struct {
 	CreatedAt time.Time
 	// ExpiresAt is when the provider will terminate it on its own.
 	ExpiresAt time.Time
+	// Network is what the sandbox sent and received so far, where the
+	// provider counts it (read it before Terminate).
+	Network NetworkUsage
+}
+
+// NetworkUsage is the traffic of one sandbox through its way out.
+type NetworkUsage struct {
+	BytesOut int64 // sent by the sandbox to the network
+	BytesIn  int64 // received from the network
+	// Connections made and connections denied by the policy.
+	Connections int64
+	Denied      int64
+	// Hosts contacted, as "host:port" in the names the sandbox used,
+	// sorted; MoreHosts counts those beyond the list's cap.
+	Hosts     []string
+	MoreHosts int64
+}
+
+// LogValue renders the usage for structured logs, hosts counted, not
+// listed.
+func (u NetworkUsage) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Int64("bytes_out", u.BytesOut), slog.Int64("bytes_in", u.BytesIn),
+		slog.Int64("connections", u.Connections), slog.Int64("denied", u.Denied),
+		slog.Int64("hosts", int64(len(u.Hosts))+u.MoreHosts))
 }
 
 // ListFilter selects sandboxes; all conditions must hold.

@@ -99,6 +99,7 @@ func TestBinaryEndToEnd(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha, beta := site.Hosts[0], site.Hosts[1]
 	input, output := writeInput(t, crawler.Input{
+		AllowPrivate: site.AllowPrivate(),
 		Sources: []crawler.Source{
 			{N: 1, URL: alpha.Page("/"), Title: "Alpha", Snippet: "the alpha site"},
 			{N: 2, URL: beta.Page("/a")},
@@ -149,9 +150,10 @@ func TestBinarySIGTERMWritesPartialResults(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{SlowLatency: 5 * time.Minute})
 	alpha := site.Hosts[0]
 	input, output := writeInput(t, crawler.Input{
-		Sources: []crawler.Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
-		Limits:  crawler.Limits{Concurrency: 2, PageTimeoutMS: 600000},
-		Render:  crawler.RenderNever,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []crawler.Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
+		Limits:       crawler.Limits{Concurrency: 2, PageTimeoutMS: 600000},
+		Render:       crawler.RenderNever,
 	})
 	cmd := exec.Command(binary, "--input", input, "--output", output)
 	stdout, err := cmd.StdoutPipe()
@@ -232,8 +234,9 @@ func TestBinaryRendersWithChromium(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	input, output := writeInput(t, crawler.Input{
-		Sources: []crawler.Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
-		Limits:  crawler.Limits{PageTimeoutMS: 60000},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []crawler.Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
+		Limits:       crawler.Limits{PageTimeoutMS: 60000},
 	})
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(t.Context(), binary, "--input", input, "--output", output)

@@ -21,7 +21,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	skip := fs.String("skip", "", "comma-separated case name patterns to skip")
 	parallel := fs.Int("parallel", 2, "cases run at once (heavy cases always run alone)")
 	scale := fs.Float64("timeout-scale", 1, "multiply every timeout (slow remote backends want more)")
-	hostReachable := fs.Bool("host-reachable", false, "sandboxes can reach this host's 127.0.0.1 (default true for local)")
+	hostReachable := fs.Bool("host-reachable", false, "sandboxes run on this machine: run the network cases against a fixture on 127.0.0.1 that is added to allow_private (default true for local)")
 	verbose := fs.Bool("v", false, "print the log lines of passing cases too")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -37,19 +37,31 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	if !flagSet(fs, "host-reachable") {
 		reach = *name == "local"
 	}
+	var fx *conformance.Fixture
+	if reach {
+		if fx, err = conformance.StartFixture(); err != nil {
+			return fmt.Errorf("conformance fixture: %w", err)
+		}
+		defer fx.Close()
+		cfg.Sandbox.AllowPrivate = append(cfg.Sandbox.AllowPrivate, fx.Listed)
+		if *name == "local" {
+			cfg.Provider.Local.DNSServers = []string{fx.DNS}
+		}
+	}
 	p, err := providerhost.Open(ctx, cfg, *name, quietLogger(stderr))
 	if err != nil {
 		return err
 	}
 	defer p.Close()
 	sum := conformance.RunAll(ctx, p, conformance.Options{
-		Short:         *short,
-		Only:          splitList(*only),
-		Skip:          splitList(*skip),
-		Parallel:      *parallel,
-		TimeoutScale:  *scale,
-		HostReachable: reach,
-		Verbose:       *verbose,
+		Short:        *short,
+		Only:         splitList(*only),
+		Skip:         splitList(*skip),
+		Parallel:     *parallel,
+		TimeoutScale: *scale,
+		Fixture:      fx,
+		FixtureDNS:   fx != nil && *name == "local",
+		Verbose:      *verbose,
 	}, stdout)
 	fmt.Fprintf(stdout, "%d passed, %d failed, %d skipped\n", sum.Passed, sum.Failed, sum.Skipped)
 	if !sum.OK() {

@@ -93,7 +93,7 @@ func capabilities(c providers.Capabilities) string {
 	}{
 		{c.Snapshots, "snapshots"}, {c.Volumes, "volumes"}, {c.NamedSandboxes, "named"},
 		{c.ListByLabels, "list"}, {c.ExecStreaming, "exec-streaming"}, {c.FileAPI, "files"},
-		{c.PublicURL, "public-url"},
+		{c.PublicURL, "public-url"}, {c.HostScopedSecrets, "host-scoped-secrets"},
 	} {
 		if f.on {
 			out = append(out, f.name)

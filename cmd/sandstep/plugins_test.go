@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestPluginsListsLocalWithCapabilities(t *testing.T) {
 	}
 	// This machine's mechanism: cgroup v2 or v1, and volumes as images
 	// (the tests run as root).
-	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "network=none|all",
+	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "host-scoped-secrets", "network=none|all|allowlist",
 		"limits=cgroup-v", "memory|processes|cpu|scratch|volume_capacity", "volumes=ext4-image"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("local line %q lacks %q; output:\n%s", line, want, out.String())
@@ -80,5 +81,18 @@ func TestConfigTypoNamesKeyAndLine(t *testing.T) {
 	}
 	if msg := errb.String(); !strings.Contains(msg, ":4:") || !strings.Contains(msg, `"provider.local.max_proces"`) || !strings.Contains(msg, "max_processes") {
 		t.Errorf("error %q: want line 4, the key and a suggestion", msg)
+	}
+}
+
+// serve refuses an address other machines could reach unless the config
+// says it means it, before starting anything.
+func TestServeRefusesANonLoopbackAddress(t *testing.T) {
+	cfg := writeConfig(t, fmt.Sprintf("[server]\ndata_dir = %q\n", t.TempDir()))
+	for _, addr := range []string{"0.0.0.0:0", ":0", "192.0.2.2:0"} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"serve", "--config", cfg, "--addr", addr}, &out, &errb)
+		if code == 0 || !strings.Contains(errb.String(), "allow_non_loopback") {
+			t.Errorf("serve --addr %s: exit %d, stderr %q", addr, code, errb.String())
+		}
 	}
 }

@@ -40,12 +40,14 @@ data_dir = %q
 plugin_dir = %q
 [provider.local]
 tools_dir = %q
+[sandbox]
+allow_private = [%q]
 [research]
 render = "never"
 [research.search]
 backends = ["searxng"]
 searxng_url = "http://127.0.0.1:1"
-`, t.TempDir(), plugins, tools))
+`, t.TempDir(), plugins, tools, site.AllowPrivate()[0]))
 	t.Setenv(envToken, "")
 	t.Setenv(envDevToken, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

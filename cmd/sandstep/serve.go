@@ -21,7 +21,7 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
-	addr := fs.String("addr", "", "listen address (default: [server] addr, 127.0.0.1:8080)")
+	addr := fs.String("addr", "", "listen address, loopback only unless [server] allow_non_loopback (default: [server] addr, 127.0.0.1:8080)")
 	dataDir := fs.String("data-dir", "", "folder for DynamoDB Local's data and the local provider's state (default: [server] data_dir)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +77,8 @@ func startServer(ctx context.Context, cfgPath, addr, dataDir string, logger *slo
 	}
 	if addr == "" {
 		addr = cfg.Server.Addr
+	} else if err := config.CheckListenAddr(addr, cfg.Server.AllowNonLoopback); err != nil {
+		return nil, fmt.Errorf("--addr: %w", err)
 	}
 	if dataDir != "" {
 		if dataDir, err = absDir(dataDir); err != nil {

@@ -338,6 +338,7 @@ type capabilitiesView struct {
 	ExecStreaming      bool                    `json:"exec_streaming"`
 	FileAPI            bool                    `json:"file_api"`
 	PublicURL          bool                    `json:"public_url"`
+	HostScopedSecrets  bool                    `json:"host_scoped_secrets"`
 	NetworkModes       []providers.NetworkMode `json:"network_modes"`
 	MaxLifetimeSeconds int64                   `json:"max_lifetime_seconds"`
 	Regions            []string                `json:"regions"`
@@ -368,7 +369,7 @@ func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) erro
 		Capabilities: capabilitiesView{
 			Snapshots: caps.Snapshots, Volumes: caps.Volumes, NamedSandboxes: caps.NamedSandboxes,
 			ListByLabels: caps.ListByLabels, ExecStreaming: caps.ExecStreaming, FileAPI: caps.FileAPI,
-			PublicURL: caps.PublicURL, NetworkModes: nonNil(caps.NetworkModes),
+			PublicURL: caps.PublicURL, HostScopedSecrets: caps.HostScopedSecrets, NetworkModes: nonNil(caps.NetworkModes),
 			MaxLifetimeSeconds: int64(caps.MaxLifetime / time.Second), Regions: nonNil(caps.Regions),
 			Limits: limitsView{Cgroups: caps.Limits.Cgroups, Volumes: caps.Limits.Volumes, Enforced: nonNil(caps.Limits.Enforced)},
 		},

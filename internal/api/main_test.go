@@ -136,7 +136,7 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 		Store:    st,
 		Executor: e.exec,
 		Provider: staticProvider{Name: "local", Version: "1.2.3", APIVersion: 1, Capabilities: providers.Capabilities{
-			Volumes: true, Snapshots: true, ExecStreaming: true, FileAPI: true,
+			Volumes: true, Snapshots: true, ExecStreaming: true, FileAPI: true, HostScopedSecrets: true,
 			NetworkModes: []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
 			MaxLifetime:  2 * time.Hour,
 			Limits:       providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory, providers.LimitVolumeCapacity}},

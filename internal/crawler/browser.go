@@ -45,6 +45,7 @@ type browser struct {
 	path      string
 	userAgent string
 	report    func(Progress)
+	net       *egressNet
 
 	once    sync.Once
 	ctx     context.Context // the browser's chromedp context
@@ -57,8 +58,8 @@ type browser struct {
 	tabs chan struct{}
 }
 
-func newBrowser(path, userAgent string, maxTabs int, report func(Progress)) *browser {
-	return &browser{path: path, userAgent: userAgent, report: report, tabs: make(chan struct{}, maxTabs)}
+func newBrowser(path, userAgent string, maxTabs int, report func(Progress), nw *egressNet) *browser {
+	return &browser{path: path, userAgent: userAgent, report: report, net: nw, tabs: make(chan struct{}, maxTabs)}
 }
 
 // start launches the browser once; later calls return the first outcome. A
@@ -70,6 +71,11 @@ func (b *browser) start() error {
 				b.report(Progress{Stage: StageBrowser, Status: StatusError, Message: b.err.Error() + ": HTTP mode"})
 			}
 		}()
+		proxy, err := b.net.browserProxy()
+		if err != nil {
+			b.err = err
+			return
+		}
 		dir, err := os.MkdirTemp("", "sandstep-crawler-chromium-")
 		if err != nil {
 			b.err = fmt.Errorf("browser profile dir: %w", err)
@@ -93,6 +99,12 @@ func (b *browser) start() error {
 			chromedp.Flag("metrics-recording-only", true),
 			chromedp.UserDataDir(dir),
 			chromedp.UserAgent(b.userAgent),
+			// Every request of every page goes through the policy proxy,
+			// loopback included (Chromium bypasses the proxy for loopback
+			// unless told not to), and WebRTC may not go around it.
+			chromedp.ProxyServer(proxy),
+			chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+			chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
 		}
 		// The browser lives as long as the allocator context, so that one
 		// has no deadline; the launch is bounded by cancelling it.
@@ -189,6 +201,12 @@ func (b *browser) render(ctx context.Context, pageURL string) (rendered, error) 
 	resp, err := chromedp.Run(tctx, chromedp.NavigateResponse(pageURL))
 	if err != nil {
 		return rendered{}, fmt.Errorf("navigate: %w", ctxErr(ctx, err))
+	}
+	if resp != nil {
+		if d, ok := isDenied(resp.Headers); ok {
+			// A script sent the page somewhere the policy refuses.
+			return rendered{}, d
+		}
 	}
 	b.settle(tctx)
 	loc, err := chromedp.Run(tctx, chromedp.Location())

@@ -37,9 +37,10 @@ func TestRenderAutoRunsScripts(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}, {N: 2, URL: alpha.Page("/a")}},
-		Limits:  Limits{PageTimeoutMS: 60000},
-		Render:  RenderAuto,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}, {N: 2, URL: alpha.Page("/a")}},
+		Limits:       Limits{PageTimeoutMS: 60000},
+		Render:       RenderAuto,
 	})
 	if !strings.HasPrefix(lines[0].Message, "browser found") {
 		t.Errorf("browser line = %+v", lines[0])
@@ -68,9 +69,10 @@ func TestRenderAlways(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/a")}, {N: 2, URL: alpha.Page(fixturesite.PathChallenge)}, {N: 3, URL: alpha.Page(fixturesite.PathRedirect)}},
-		Limits:  Limits{PageTimeoutMS: 60000},
-		Render:  RenderAlways,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/a")}, {N: 2, URL: alpha.Page(fixturesite.PathChallenge)}, {N: 3, URL: alpha.Page(fixturesite.PathRedirect)}},
+		Limits:       Limits{PageTimeoutMS: 60000},
+		Render:       RenderAlways,
 	})
 	if lines[0].Status != StatusRunning || lines[1].Stage != StageBrowser || lines[1].Status != StatusComplete {
 		t.Errorf("browser lines = %+v, %+v", lines[0], lines[1])
@@ -92,8 +94,9 @@ func TestRenderNeverKeepsHTTP(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
-		Render:  RenderNever,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
+		Render:       RenderNever,
 	})
 	if lines[0] != (Progress{Stage: StageBrowser, Status: StatusComplete, Message: "render=never: HTTP mode"}) {
 		t.Errorf("browser line = %+v", lines[0])
@@ -107,9 +110,10 @@ func TestNoBrowserFallsBackToHTTP(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources:     []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
-		Render:      RenderAuto,
-		BrowserPath: filepath.Join(t.TempDir(), "no-such-chromium"),
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
+		Render:       RenderAuto,
+		BrowserPath:  filepath.Join(t.TempDir(), "no-such-chromium"),
 	})
 	if lines[0] != (Progress{Stage: StageBrowser, Status: StatusComplete, Message: "no browser: HTTP mode"}) {
 		t.Errorf("browser line = %+v", lines[0])
@@ -127,9 +131,10 @@ func TestBrowserThatWillNotStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, lines := run(t, t.Context(), Input{
-		Sources:     []Source{{N: 1, URL: alpha.Page("/a")}},
-		Render:      RenderAlways,
-		BrowserPath: fake,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/a")}},
+		Render:       RenderAlways,
+		BrowserPath:  fake,
 	})
 	if lines[1].Stage != StageBrowser || lines[1].Status != StatusError || !strings.HasSuffix(lines[1].Message, "HTTP mode") {
 		t.Errorf("browser lines = %+v", lines[:2])
@@ -141,9 +146,10 @@ func TestBrowserThatWillNotStart(t *testing.T) {
 	// In auto mode the browser starts with the first page that needs it;
 	// its failure is reported then, and the page is kept as HTTP gave it.
 	out, lines = run(t, t.Context(), Input{
-		Sources:     []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
-		Render:      RenderAuto,
-		BrowserPath: fake,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page(fixturesite.PathJS)}},
+		Render:       RenderAuto,
+		BrowserPath:  fake,
 	})
 	var failed bool
 	for _, p := range lines {

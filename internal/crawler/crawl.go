@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandstep/sandstep/internal/crawler/spec"
+	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // maxBrowserTabs bounds concurrent renders whatever the concurrency: a tab is
@@ -56,6 +57,7 @@ type task struct {
 	started, done bool
 	page          *Page
 	skip          why
+	blocked       *egress.Denied // what the network policy refused, with skip ReasonPolicy
 	links         []string
 	finalKey      string
 	finalHost     string
@@ -75,11 +77,12 @@ type crawl struct {
 
 // outcome is a finished visit.
 type outcome struct {
-	i     int
-	page  *Page
-	skip  why
-	links []string
-	final string // normalized final URL
+	i       int
+	page    *Page
+	skip    why
+	blocked *egress.Denied
+	links   []string
+	final   string // normalized final URL
 }
 
 // why is the reason a URL gave no page: a code of spec.Reasons and the
@@ -117,6 +120,11 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 		return Output{}, err
 	}
 	l := in.Limits
+	nw, err := newNetwork(in.AllowPrivate, hostEnv)
+	if err != nil {
+		return Output{}, err
+	}
+	defer nw.close()
 
 	var br *browser
 	switch path := FindBrowser(in.BrowserPath); {
@@ -126,7 +134,7 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 		report(Progress{Stage: StageBrowser, Status: StatusComplete, Message: "no browser: HTTP mode"})
 	case in.Render == RenderAlways:
 		report(Progress{Stage: StageBrowser, Status: StatusRunning, Message: "Launching browser " + path})
-		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report)
+		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report, nw)
 		if err := br.start(); err != nil {
 			br = nil
 		} else {
@@ -135,7 +143,7 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 	default:
 		// auto: most pages need no browser, so it starts with the first page
 		// that does; if it fails then, an error line says so.
-		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report)
+		br = newBrowser(path, in.UserAgent, min(l.Concurrency, maxBrowserTabs), report, nw)
 		report(Progress{Stage: StageBrowser, Status: StatusComplete, Message: "browser found: " + path + " (started for pages that need scripts)"})
 	}
 	if br != nil {
@@ -146,7 +154,7 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 	defer cancel()
 	v := &visitor{
 		in:          in,
-		client:      newClient(l.Concurrency, time.Duration(l.PageTimeoutMS)*time.Millisecond),
+		client:      newClient(l.Concurrency, time.Duration(l.PageTimeoutMS)*time.Millisecond, nw),
 		browser:     br,
 		pageTimeout: time.Duration(l.PageTimeoutMS) * time.Millisecond,
 	}
@@ -183,7 +191,7 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 		inflight--
 		finished++
 		t := c.tasks[o.i]
-		t.done, t.page, t.skip, t.links = true, o.page, o.skip, o.links
+		t.done, t.page, t.skip, t.blocked, t.links = true, o.page, o.skip, o.blocked, o.links
 		if o.final != "" {
 			t.finalKey, t.finalHost = Key(o.final), hostOf(o.final)
 		}
@@ -222,6 +230,12 @@ func Crawl(ctx context.Context, in Input, report func(Progress)) (Output, error)
 			if t.page.Mode == spec.ModeBrowser {
 				out.Stats.Mode = spec.ModeBrowser
 			}
+		case t.blocked != nil:
+			sk := Skipped{URL: t.url, Reason: spec.ReasonPolicy, Message: t.blocked.Error()}
+			if t.blocked.Addr.IsValid() {
+				sk.Address = t.blocked.Addr.String()
+			}
+			out.Skipped = append(out.Skipped, sk)
 		case t.skip.skipped():
 			out.Skipped = append(out.Skipped, Skipped{URL: t.url, Reason: t.skip.code, Message: t.skip.msg})
 		default:
@@ -337,8 +351,17 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 	pctx, cancel := context.WithTimeout(ctx, v.pageTimeout)
 	defer cancel()
 	resp, err := get(pctx, v.client, t.url, v.in.UserAgent, v.in.Limits.MaxPageBytes, v.in.Limits.MaxPDFBytes)
+	if d, ok := egress.AsDenied(err); ok {
+		o.skip, o.blocked = skip(spec.ReasonPolicy, "%v", d), d
+		return o
+	}
 	if err != nil {
 		o.skip = v.reason(ctx, err)
+		return o
+	}
+	if d, ok := deniedResponse(&http.Response{StatusCode: resp.Status, Header: resp.Header}); ok {
+		// The policy proxy refused this URL or a redirect on its way.
+		o.skip, o.blocked = skip(spec.ReasonPolicy, "%v", d), d
 		return o
 	}
 	final := resp.FinalURL.String()

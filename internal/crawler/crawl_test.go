@@ -67,8 +67,9 @@ func TestBFSOrderAndParents(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha, beta := site.Hosts[0], site.Hosts[1]
 	out, _ := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: beta.Page("/")}},
-		Limits:  Limits{MaxPages: 50, MaxDepth: 2, MaxLinksPerPage: 4, MaxPagesPerHost: 20, Concurrency: 4},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: beta.Page("/")}},
+		Limits:       Limits{MaxPages: 50, MaxDepth: 2, MaxLinksPerPage: 4, MaxPagesPerHost: 20, Concurrency: 4},
 	})
 	// Seeds first, then the first four new same-host links of each seed in
 	// document order: the navigation's "/" is already planned, "/about"
@@ -137,8 +138,9 @@ func TestDepthLimit(t *testing.T) {
 		{3, []string{"/", "/about", "/a", "/contact", "/a1", "/a2"}},
 	} {
 		out, _ := run(t, t.Context(), Input{
-			Sources: []Source{{N: 1, URL: alpha.Page("/")}},
-			Limits:  Limits{MaxPages: 50, MaxDepth: tc.depth, MaxLinksPerPage: 2, MaxPagesPerHost: 50},
+			AllowPrivate: site.AllowPrivate(),
+			Sources:      []Source{{N: 1, URL: alpha.Page("/")}},
+			Limits:       Limits{MaxPages: 50, MaxDepth: tc.depth, MaxLinksPerPage: 2, MaxPagesPerHost: 50},
 		})
 		if got, want := urls(out.Pages), pageURLs(alpha, tc.want...); !slices.Equal(got, want) {
 			t.Errorf("depth %d:\n got %q\nwant %q", tc.depth, got, want)
@@ -158,8 +160,9 @@ func TestMaxPages(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/")}},
-		Limits:  Limits{MaxPages: 5, MaxDepth: 2, MaxLinksPerPage: 8, MaxPagesPerHost: 50},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/")}},
+		Limits:       Limits{MaxPages: 5, MaxDepth: 2, MaxLinksPerPage: 8, MaxPagesPerHost: 50},
 	})
 	if got, want := urls(out.Pages), pageURLs(alpha, "/", "/about", "/a", "/b", "/c"); !slices.Equal(got, want) {
 		t.Fatalf("got %q, want %q", got, want)
@@ -181,6 +184,7 @@ func TestPerHostLimit(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha, beta := site.Hosts[0], site.Hosts[1]
 	out, _ := run(t, t.Context(), Input{
+		AllowPrivate: site.AllowPrivate(),
 		Sources: []Source{
 			{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page("/b")}, {N: 3, URL: alpha.Page("/c")},
 			{N: 4, URL: alpha.Page("/d")}, {N: 5, URL: beta.Page("/")},
@@ -199,8 +203,9 @@ func TestPerHostLimit(t *testing.T) {
 func TestMaxCharsPerSource(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	out, _ := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: site.Hosts[0].Page("/a")}},
-		Limits:  Limits{MaxCharsPerSource: 120},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: site.Hosts[0].Page("/a")}},
+		Limits:       Limits{MaxCharsPerSource: 120},
 	})
 	if len(out.Pages) != 1 {
 		t.Fatalf("pages = %+v", out.Pages)
@@ -221,7 +226,8 @@ func TestDurationLimitGivesPartialResults(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{SlowLatency: time.Minute})
 	alpha := site.Hosts[0]
 	out, lines := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
 		Limits: Limits{MaxDepth: 2, MaxPagesPerHost: 10, MaxLinksPerPage: 3, Concurrency: 2,
 			MaxDurationMS: 3000, PageTimeoutMS: 120000},
 	})
@@ -246,9 +252,10 @@ func TestCancelGivesPartialResults(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	in := Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
-		Limits:  Limits{Concurrency: 2, PageTimeoutMS: 120000},
-		Render:  RenderNever,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: alpha.Page(fixturesite.PathSlow)}},
+		Limits:       Limits{Concurrency: 2, PageTimeoutMS: 120000},
+		Render:       RenderNever,
 	}
 	// Cancel as soon as the fast page is done, as a SIGTERM would.
 	out, err := Crawl(ctx, in, func(p Progress) {
@@ -277,8 +284,9 @@ func TestSpecialPages(t *testing.T) {
 		sources = append(sources, Source{N: i + 1, URL: alpha.Page(p)})
 	}
 	out, _ := run(t, t.Context(), Input{
-		Sources: sources,
-		Limits:  Limits{MaxPagesPerHost: 20, PageTimeoutMS: 4000, MaxPageBytes: 1 << 20, MaxCharsPerSource: 1 << 20},
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      sources,
+		Limits:       Limits{MaxPagesPerHost: 20, PageTimeoutMS: 4000, MaxPageBytes: 1 << 20, MaxCharsPerSource: 1 << 20},
 	})
 	wantSkipped := map[string]Skipped{
 		fixturesite.PathChallenge: {Reason: spec.ReasonChallenge, Message: "an anti-bot challenge page (status 503), not the page itself"},
@@ -335,6 +343,7 @@ func TestInvalidInput(t *testing.T) {
 	for _, in := range []Input{
 		{Render: "sometimes"},
 		{Limits: Limits{MaxPages: -1}},
+		{AllowPrivate: []string{"localhost:8080"}},
 	} {
 		if _, err := Crawl(t.Context(), in, nil); err == nil {
 			t.Errorf("Crawl(%+v) = nil error", in)
@@ -348,7 +357,7 @@ func TestInvalidInput(t *testing.T) {
 func TestBadSources(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
-	out, _ := run(t, t.Context(), Input{Sources: []Source{
+	out, _ := run(t, t.Context(), Input{AllowPrivate: site.AllowPrivate(), Sources: []Source{
 		{N: 1, URL: "ftp://example.invalid/file"},
 		{N: 2, URL: alpha.Page("/a")},
 		{N: 3, URL: alpha.Page("/a/") + "#section"},

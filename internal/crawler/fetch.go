@@ -46,9 +46,8 @@ type response struct {
 	PDF         bool   // the body is a PDF document (by its first bytes)
 }
 
-func newClient(concurrency int, pageTimeout time.Duration) *http.Client {
+func newClient(concurrency int, pageTimeout time.Duration, nw *egressNet) *http.Client {
 	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          4 * concurrency,
@@ -59,6 +58,7 @@ func newClient(concurrency int, pageTimeout time.Duration) *http.Client {
 		// Accept-Encoding is left to the transport, which then asks for gzip
 		// and decompresses transparently.
 	}
+	nw.setup(tr)
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {

@@ -18,9 +18,10 @@ func TestProgressLines(t *testing.T) {
 	var buf bytes.Buffer
 	pw := NewProgressWriter(&buf)
 	out, err := Crawl(t.Context(), Input{
-		Sources: []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: beta.Page("/")}, {N: 3, URL: alpha.Page(fixturesite.PathPDF)}},
-		Limits:  Limits{MaxPages: 9, MaxDepth: 2, MaxPagesPerHost: 5},
-		Render:  RenderNever,
+		AllowPrivate: site.AllowPrivate(),
+		Sources:      []Source{{N: 1, URL: alpha.Page("/")}, {N: 2, URL: beta.Page("/")}, {N: 3, URL: alpha.Page(fixturesite.PathPDF)}},
+		Limits:       Limits{MaxPages: 9, MaxDepth: 2, MaxPagesPerHost: 5},
+		Render:       RenderNever,
 	}, pw.Report)
 	if err != nil {
 		t.Fatal(err)

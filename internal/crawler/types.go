@@ -37,4 +37,5 @@ const (
 	StoppedDuration  = spec.StoppedDuration
 	StoppedPages     = spec.StoppedPages
 	StoppedSignal    = spec.StoppedSignal
+	ReasonPolicy     = spec.ReasonPolicy
 )

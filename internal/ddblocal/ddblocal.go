@@ -3,7 +3,10 @@
 // and local mode use it so that the store runs against the real thing.
 //
 // DynamoDB Local 3.x has no option to choose the listen address: it listens
-// on all interfaces of the chosen port. Clients here always use 127.0.0.1.
+// on all interfaces of its port, and it takes any credentials. On Linux it
+// runs in a network namespace of its own, reached only through a listener
+// on 127.0.0.1 (see netns_linux.go), so no other machine and no sandbox can
+// reach it.
 package ddblocal
 
 import (
@@ -150,32 +153,20 @@ func Start(ctx context.Context, opts Options) (*Instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	// A free port picked here can be taken by someone else before the JVM
-	// binds it; then try another. An explicit port gets one attempt.
-	attempts := 3
-	if opts.Port != 0 {
-		attempts = 1
-	}
-	for attempt := 1; ; attempt++ {
-		port := opts.Port
-		if port == 0 {
-			if port, err = freePort(); err != nil {
-				return nil, err
-			}
-		}
-		inst, err := launch(ctx, javaPath, jar, libDir, port, opts)
-		if err == nil {
-			return inst, nil
-		}
-		if !errors.Is(err, errPortTaken) || attempt >= attempts {
-			return nil, err
-		}
-	}
+	return launch(ctx, javaPath, jar, libDir, opts)
 }
 
 var errPortTaken = errors.New("port already in use")
 
-func launch(ctx context.Context, java, jar, libDir string, port int, opts Options) (*Instance, error) {
+func launch(ctx context.Context, java, jar, libDir string, opts Options) (*Instance, error) {
+	// The endpoint is a listener on 127.0.0.1 only, made here, so that a
+	// port of 0 is never raced for.
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: opts.Port})
+	if err != nil {
+		return nil, fmt.Errorf("dynamodb local: port %d: %w (%v)", opts.Port, errPortTaken, err)
+	}
+	defer ln.Close() // the JVM's side has its own copy
+	port := ln.Addr().(*net.TCPAddr).Port
 	args := []string{
 		"-Djava.library.path=" + libDir,
 		// Fewer GC threads and less tiered compilation: quicker start and
@@ -193,7 +184,11 @@ func launch(ctx context.Context, java, jar, libDir string, port int, opts Option
 	} else {
 		args = append(args, "-inMemory")
 	}
-	cmd := exec.Command(java, args...)
+	cmd, err := isolatedCommand(java, args, ln)
+	if err != nil {
+		return nil, err
+	}
+	defer closeListenerFile(cmd)
 	cmd.Dir = filepath.Dir(jar)
 	out := &tail{max: 8 << 10}
 	cmd.Stdout = out
@@ -201,7 +196,6 @@ func launch(ctx context.Context, java, jar, libDir string, port int, opts Option
 		cmd.Stdout = io.MultiWriter(out, opts.Output)
 	}
 	cmd.Stderr = cmd.Stdout
-	cmd.SysProcAttr = sysProcAttr()
 	inst := &Instance{
 		endpoint: "http://127.0.0.1:" + strconv.Itoa(port),
 		port:     port,
@@ -300,15 +294,6 @@ func (i *Instance) Stop() error {
 		}
 	})
 	return i.stopErr
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("dynamodb local: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func ptr[T any](v T) *T { return &v }

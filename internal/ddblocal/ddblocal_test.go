@@ -192,11 +192,133 @@ func TestForTestsIsolatesTables(t *testing.T) {
 	}
 }
 
+// jvmsOf lists the pids of the java processes whose command line mentions
+// dir (a DBPath unique to one instance); the namespace helper, whose
+// arguments are the JVM's, is not one.
+func jvmsOf(dir string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		if strings.TrimSpace(string(comm)) == "java" && strings.Contains(string(cmdline), "DynamoDBLocal.jar") && strings.Contains(string(cmdline), dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// TestOutOfReachOfOtherMachines: DynamoDB Local answers on 127.0.0.1 and
+// nowhere else of this machine, because the JVM, which would listen on
+// every interface, lives in a network namespace of its own.
+func TestOutOfReachOfOtherMachines(t *testing.T) {
+	requireDeps(t)
+	ctx := ctxT(t)
+	dir := filepath.Join(t.TempDir(), "isolated-db")
+	inst, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop()
+	if _, err := inst.Client().ListTables(ctx, &dynamodb.ListTablesInput{}); err != nil {
+		t.Fatalf("through 127.0.0.1: %v", err)
+	}
+	addrs, _ := net.InterfaceAddrs()
+	tried := 0
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok || n.IP.IsLoopback() {
+			continue
+		}
+		tried++
+		target := net.JoinHostPort(n.IP.String(), strconv.Itoa(inst.Port()))
+		if c, err := net.DialTimeout("tcp", target, 2*time.Second); err == nil {
+			c.Close()
+			t.Errorf("DynamoDB Local accepts connections on %s", target)
+		}
+	}
+	if tried == 0 && os.Getenv("CI") == "true" {
+		t.Error("no non-loopback address to try")
+	}
+	pids := jvmsOf(dir)
+	if len(pids) != 1 {
+		t.Fatalf("found %d JVMs for %s", len(pids), dir)
+	}
+	mine, _ := os.Readlink("/proc/self/ns/net")
+	theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[0]))
+	if err != nil || theirs == mine {
+		t.Errorf("the JVM's network namespace is %q (%v), this process's %q: want its own", theirs, err, mine)
+	}
+	// Nothing of it listens in this namespace but the 127.0.0.1 relay.
+	tcp, _ := os.ReadFile("/proc/net/tcp")
+	hexPort := fmt.Sprintf(":%04X ", inst.Port())
+	for _, l := range strings.Split(string(tcp), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 3 && f[3] == "0A" && strings.HasSuffix(f[1]+" ", hexPort) && f[1] != fmt.Sprintf("0100007F:%04X", inst.Port()) {
+			t.Errorf("a listener on %s in the host's namespace", f[1])
+		}
+	}
+}
+
+// TestIsolatedWithoutRoot: an ordinary user gets the same isolation,
+// inside a user namespace of their own (as bubblewrap does).
+func TestIsolatedWithoutRoot(t *testing.T) {
+	if os.Getenv("DDBLOCAL_TEST_UNPRIVILEGED") == "1" {
+		ctx := ctxT(t)
+		inst, err := ddblocal.Start(ctx, ddblocal.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Stop()
+		if _, err := inst.Client().ListTables(ctx, &dynamodb.ListTablesInput{}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	requireDeps(t)
+	if os.Geteuid() != 0 {
+		t.Skip("runs as an ordinary user already: every other test is this one")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("setpriv (util-linux) is missing")
+	}
+	// The test binary, where another user may run it.
+	dir, err := os.MkdirTemp("", "ddblocal-unprivileged-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "ddblocal.test")
+	self, _ := os.Executable()
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	jar, _, _ := ddblocal.Locate("")
+	nodeModules := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(jar))))
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestIsolatedWithoutRoot$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "DDBLOCAL_TEST_UNPRIVILEGED=1", ddblocal.NodeModulesEnv + "=" + nodeModules}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestIsolatedWithoutRoot") {
+		t.Fatalf("as uid 65534: %v\n%s", err, out)
+	}
+}
+
 // TestJVMDiesWithParent: a test binary that is killed outright (no Stop, no
 // cleanup) must not leave DynamoDB Local running.
 func TestJVMDiesWithParent(t *testing.T) {
-	if os.Getenv("DDBLOCAL_TEST_HELPER") == "1" {
-		inst, err := ddblocal.Start(context.Background(), ddblocal.Options{})
+	if dir := os.Getenv("DDBLOCAL_TEST_HELPER"); dir != "" {
+		inst, err := ddblocal.Start(context.Background(), ddblocal.Options{DBPath: dir})
 		if err != nil {
 			fmt.Println("ERROR", err)
 			os.Exit(1)
@@ -205,8 +327,9 @@ func TestJVMDiesWithParent(t *testing.T) {
 		time.Sleep(10 * time.Minute) // until killed
 	}
 	requireDeps(t)
+	dir := filepath.Join(t.TempDir(), "orphan-db")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestJVMDiesWithParent$")
-	cmd.Env = append(os.Environ(), "DDBLOCAL_TEST_HELPER=1")
+	cmd.Env = append(os.Environ(), "DDBLOCAL_TEST_HELPER="+dir)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -237,12 +360,14 @@ func TestJVMDiesWithParent(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
-		if err != nil {
+		if err == nil {
+			c.Close()
+		}
+		if err != nil && len(jvmsOf(dir)) == 0 {
 			return
 		}
-		c.Close()
 		if time.Now().After(deadline) {
-			t.Fatalf("DynamoDB Local still listens on %d after its parent was killed", port)
+			t.Fatalf("DynamoDB Local still runs (port %d answers: %v, JVMs %v) after its parent was killed", port, err == nil, jvmsOf(dir))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

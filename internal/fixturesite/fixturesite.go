@@ -29,6 +29,7 @@ const (
 	PathLoop      = "/loop/a"       // redirects to /loop/b, which redirects back
 	PathRedirect  = "/moved"        // redirects permanently to /a
 	PathPDF       = "/report.pdf"   // application/pdf, a valid PDF with no pages and so no text
+	PathGo        = "/go"           // redirects to the URL in its "to" query parameter (see Host.RedirectTo)
 	PathChallenge = "/challenge"    // a Cloudflare "Just a moment..." interstitial, status 503
 	PathJS        = "/app"          // text that only a script puts in the page
 	PathGzip      = "/gzip"         // an article sent gzip-compressed
@@ -129,6 +130,12 @@ type Host struct {
 // Page returns the absolute URL of path on this host.
 func (h *Host) Page(path string) string { return h.URL + path }
 
+// RedirectTo returns a URL on h that redirects to target: an allowed page
+// that sends the crawler elsewhere.
+func (h *Host) RedirectTo(target string) string {
+	return h.URL + PathGo + "?to=" + url.QueryEscape(target)
+}
+
 // Marker is a sentence that only the article at path on h contains.
 func (h *Host) Marker(path string) string {
 	return fmt.Sprintf("This is the article %s of the %s site.", path, h.Name)
@@ -176,6 +183,17 @@ func Start(tb testing.TB, opts Options) *Site {
 		}
 	})
 	return s
+}
+
+// AllowPrivate lists the site's hosts as [sandbox] allow_private entries
+// ("127.0.0.1:port"): sandboxes and crawls reach loopback only where they
+// are told they may.
+func (s *Site) AllowPrivate() []string {
+	out := make([]string, len(s.Hosts))
+	for i, h := range s.Hosts {
+		out[i] = strings.TrimPrefix(h.URL, "http://")
+	}
+	return out
 }
 
 // next returns the host after h, wrapping around: the target of the index's
@@ -239,6 +257,8 @@ func (s *Site) handler(h *Host) http.Handler {
 			http.Redirect(w, r, PathLoop, http.StatusFound)
 		case p == PathRedirect:
 			http.Redirect(w, r, "/a", http.StatusMovedPermanently)
+		case p == PathGo:
+			http.Redirect(w, r, r.URL.Query().Get("to"), http.StatusFound)
 		case p == PathPDF:
 			w.Header().Set("Content-Type", "application/pdf")
 			_, _ = io.WriteString(w, minimalPDF)

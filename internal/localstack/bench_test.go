@@ -14,7 +14,7 @@ import (
 // submit included.
 func BenchmarkResearchJob(b *testing.B) {
 	site := fixturesite.Start(b, fixturesite.Options{Hosts: 1})
-	s := newStackWith(b, stackOpts{config: "[research]\nrender = \"never\"\n"})
+	s := newStackWith(b, stackOpts{config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()})
 	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b")}
 	before := s.st.Stats()
 	start := time.Now()

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/asl"
 	"github.com/sandstep/sandstep/internal/ddblocal"
+	"github.com/sandstep/sandstep/internal/fixturesite"
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testbin"
@@ -84,10 +86,27 @@ type stackOpts struct {
 	sandyURL string
 	// searx answers the discover phase's searches; nil: no results.
 	searx *httptest.Server
+	// allowPrivate is [sandbox] allow_private: the fixture sites the
+	// sandboxes may reach on this machine's loopback.
+	allowPrivate []string
+	// dnsServers is [provider.local] dns_servers.
+	dnsServers []string
 }
 
+// allowSites lists the hosts of fixture sites as allow_private entries.
+func allowSites(sites ...*fixturesite.Site) []string {
+	var out []string
+	for _, s := range sites {
+		out = append(out, s.AllowPrivate()...)
+	}
+	return out
+}
+
+// newStack is a stack for jobs submitted with submit, whose seeds are on
+// 127.0.0.1:1: allowed, so that they are fetched and refuse the connection
+// (the snippets stand in), not refused by the policy (they would not).
 func newStack(t testing.TB, wrap func(asl.Invoker) asl.Invoker) *stack {
-	return newStackWith(t, stackOpts{wrap: wrap})
+	return newStackWith(t, stackOpts{wrap: wrap, allowPrivate: []string{"127.0.0.1:1"}})
 }
 
 func newStackWith(t testing.TB, o stackOpts) *stack {
@@ -113,18 +132,20 @@ name = %q
 plugin_dir = %q
 [provider.local]
 tools_dir = %q
+dns_servers = %s
 [provider.sandy]
 base_url = %q
 api_key_env = "SANDSTEP_TEST_SANDY_KEY"
 retry_base_delay = "10ms"
 [sandbox]
 lifetime = "10m"
+allow_private = %s
 [auth]
 dev_token_env = ""
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, dir, o.provider, pluginDir, toolsDir, o.sandyURL, o.searx.URL) + o.config
+`, dir, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)
@@ -157,6 +178,15 @@ searxng_url = %q
 		}
 	})
 	return &stack{Stack: s, srv: srv, st: st}
+}
+
+// tomlList writes strings as a TOML array.
+func tomlList(v []string) string {
+	q := make([]string, len(v))
+	for i, s := range v {
+		q[i] = strconv.Quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 func (s *stack) do(t testing.TB, method, path string, body any) (int, map[string]any) {

@@ -34,7 +34,7 @@ func TestResearchOnEveryProvider(t *testing.T) {
 	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b")}
 	for _, name := range []string{"local", "sandy"} {
 		t.Run(name, func(t *testing.T) {
-			o := stackOpts{provider: name, config: "[research]\nrender = \"never\"\n"}
+			o := stackOpts{provider: name, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()}
 			var fake *fakesandy.Running
 			fake = startFakeSandy(t)
 			o.sandyURL = fake.URL
@@ -78,7 +78,7 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 	id := "job-preempted"
 	var s *stack
 	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"), site.Hosts[0].Page("/c")}
-	s = newStackWith(t, stackOpts{provider: "sandy", sandyURL: fake.URL, config: "[research]\nrender = \"never\"\n", searx: snippetSearx(t, seeds),
+	s = newStackWith(t, stackOpts{provider: "sandy", sandyURL: fake.URL, config: "[research]\nrender = \"never\"\n", searx: snippetSearx(t, seeds), allowPrivate: site.AllowPrivate(),
 		wrap: func(inv asl.Invoker) asl.Invoker {
 			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(ctx context.Context, n int) error {
 				if n == 1 {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestLightModeStaysWithinItsLimits(t *testing.T) {
 		map[string]string{"url": beta.Page(fixturesite.PathJS), "title": "app", "content": "a page that needs JavaScript"},
 		map[string]string{"url": beta.Page(fixturesite.PathPDF), "title": "pdf", "content": "a PDF"},
 	)
-	s := newStackWith(t, stackOpts{searx: fakeSearx(t, results)})
+	s := newStackWith(t, stackOpts{searx: fakeSearx(t, results), allowPrivate: site.AllowPrivate()})
 	job := s.research(t, "job-light", "light", "balanced", nil)
 
 	// light x balanced: 9 sources, 19 pages, depth 1, 3 pages per host,
@@ -180,7 +181,7 @@ func TestMaxModeFollowsSameHostLinks(t *testing.T) {
 	alpha := site.Hosts[0]
 	// The crawl's first delivery is lost after it stored the pages, as a
 	// Lambda's may be: the retry must not store them a second time.
-	s := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", wrap: func(inv asl.Invoker) asl.Invoker {
+	s := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate(), wrap: func(inv asl.Invoker) asl.Invoker {
 		return &phaseWrapper{inner: inv, fn: "CrawlFunction", after: func(_ context.Context, n int, out []byte, err error) ([]byte, error) {
 			if n == 1 && err == nil && strings.Contains(string(out), `"done":true`) {
 				return nil, messages.InvokeResponse_Error{Type: "Lambda.ServiceException", Message: "injected"}
@@ -319,12 +320,14 @@ func TestFallbacks(t *testing.T) {
 			if tc.llm != nil {
 				cfg += "[research.llm]\nbase_url = \"" + tc.llm(t) + "\"\napi_key_env = \"\"\nmodels = [\"first\", \"second\"]\n"
 			}
+			allow := site.AllowPrivate()
 			if tc.name == "crawler times out" {
 				// Pages slower than the crawl may last.
 				slow := fixturesite.Start(t, fixturesite.Options{Hosts: 1, Latency: 5 * time.Second})
 				seeds = []string{slow.Hosts[0].Page("/"), slow.Hosts[0].Page("/a"), alpha.Page("/")}
+				allow = allowSites(site, slow)
 			}
-			s := newStackWith(t, stackOpts{config: cfg, searx: snippetSearx(t, seeds)})
+			s := newStackWith(t, stackOpts{config: cfg, searx: snippetSearx(t, seeds), allowPrivate: allow})
 			s.App.Phases.WarmupBackoff = 10 * time.Millisecond
 			if tc.fault != nil {
 				f := &faultProvider{Provider: s.Provider}
@@ -391,7 +394,7 @@ printf '{"sources":[{"title":"t","url":"%s","summary":"Kestrels summarized by th
 	}))
 	t.Cleanup(llm.Close)
 	cfg := fmt.Sprintf("[research.agent]\nenabled = true\nmodel = \"m\"\ncommand = %q\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"busy\", \"good\"]\n", agent, llm.URL)
-	s := newStackWith(t, stackOpts{config: cfg})
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 	job := s.research(t, "job-agent", "light", "balanced", []string{alpha.Page("/"), alpha.Page("/a")})
 	if fb := fallbacks(job); len(fb) > 0 && !slices.Equal(fb, []string{research.FallbackHTTPMode}) {
 		t.Errorf("fallbacks %v", fb)
@@ -450,7 +453,7 @@ func TestReportGrowsWhileTheModelStreams(t *testing.T) {
 	}))
 	t.Cleanup(llm.Close)
 	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"m\"]\n", llm.URL)
-	s := newStackWith(t, stackOpts{config: cfg})
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 	id := "job-grows"
 	if code, out := s.do(t, "POST", "/v1/jobs", map[string]any{"query": "growth", "job_id": id, "seed_urls": []string{site.Hosts[0].Page("/a")}}); code != http.StatusAccepted {
 		t.Fatalf("submit: %d %v", code, out)
@@ -471,5 +474,46 @@ func TestReportGrowsWhileTheModelStreams(t *testing.T) {
 	s.wait(t, id)
 	if md := s.reportMarkdown(t, id); !strings.Contains(md, "The second half arrives") {
 		t.Errorf("final report lacks the end of the stream:\n%s", md)
+	}
+}
+
+// The research agent's token is scoped to the agent's endpoint: the agent
+// sees a placeholder (which is what it could leak into its answer), and
+// the endpoint receives the token itself.
+func TestAgentTokenScopedToItsEndpoint(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	alpha := site.Hosts[0]
+	const token = "agent-token-3c9e07d1b6a24f58"
+	t.Setenv("SANDSTEP_AGENT_TOKEN", token)
+	var mu sync.Mutex
+	var got []string
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization")+" | "+r.Header.Get("X-Api-Key"))
+		mu.Unlock()
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(endpoint.Close)
+	// The agent calls its endpoint, then answers with a summary that
+	// carries what it saw of the token.
+	agent := `curl -s -o /dev/null --noproxy '' -H "Authorization: Bearer $ANTHROPIC_AUTH_TOKEN" -H "X-Api-Key: $ANTHROPIC_API_KEY" "$ANTHROPIC_BASE_URL/v1/messages"
+url=$(printf '%s' "$PROMPT" | grep -o '"url":"[^"]*"' | head -1 | cut -d'"' -f4)
+printf '{"sources":[{"title":"t","url":"%s","summary":"The agent saw %s.","keyPoints":["one"]}],"overallInsights":[]}' "$url" "$ANTHROPIC_AUTH_TOKEN"`
+	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.agent]\nenabled = true\nmodel = \"m\"\nbase_url = %q\ncommand = %q\n", endpoint.URL, agent)
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: append(site.AllowPrivate(), strings.TrimPrefix(endpoint.URL, "http://"))})
+	s.research(t, "job-agent-token", "light", "speed", []string{alpha.Page("/a")})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "Bearer "+token+" | "+token {
+		t.Errorf("the agent's endpoint got %q, want the token itself", got)
+	}
+	var summary string
+	for _, src := range s.sources(t, "job-agent-token") {
+		if strings.HasPrefix(src.Content, "The agent saw ") {
+			summary = src.Content
+		}
+	}
+	if !strings.Contains(summary, "sandstep-placeholder-") || strings.Contains(summary, token) {
+		t.Errorf("the agent saw %q, want a placeholder and never the token", summary)
 	}
 }

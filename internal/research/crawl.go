@@ -207,7 +207,8 @@ func (r *run) startCrawler(id string) (time.Time, error) {
 			MaxCharsPerSource: b.CharsPerSource,
 			MaxDurationMS:     int(b.Duration / time.Millisecond),
 		},
-		Render: r.p.Config.Research.Render,
+		Render:       r.p.Config.Research.Render,
+		AllowPrivate: r.p.Config.Sandbox.AllowPrivate,
 	}
 	if slices.Contains(r.job.Fallbacks, FallbackHTTPMode) {
 		// Provision found no browser: do not let the crawler look again.
@@ -387,11 +388,15 @@ func (r *run) collect(id string) (int, error) {
 	}
 	blocked := 0
 	skips := make([]store.Skip, 0, len(out.Skipped))
+	var denied []spec.Skipped
 	for _, sk := range out.Skipped {
 		reason, msg := sk.Reason, sk.Message
 		if !spec.KnownReason(reason) {
 			// A crawler of another version: keep what it said.
 			reason, msg = spec.ReasonFetchError, strings.TrimSpace(sk.Reason+": "+sk.Message)
+		}
+		if reason == spec.ReasonPolicy {
+			denied = append(denied, sk)
 		}
 		u, err := urlnorm.Normalize(sk.URL)
 		n, known := byKey[urlnorm.Key(u)]
@@ -420,6 +425,12 @@ func (r *run) collect(id string) (int, error) {
 	msg := fmt.Sprintf("%d pages crawled (%s mode), %d skipped", crawled, out.Stats.Mode, len(out.Skipped))
 	if blocked > 0 {
 		msg += fmt.Sprintf(", %d anti-bot challenge pages left out", blocked)
+	}
+	if len(denied) > 0 {
+		msg += fmt.Sprintf(", %d refused by the network policy", len(denied))
+		if err := r.event("crawl:denied", EventData{Stage: string(store.StepCrawl), Status: "complete", Message: deniedMessage(denied)}); err != nil {
+			return 0, err
+		}
 	}
 	if out.Stats.Stopped == spec.StoppedDuration || out.Stats.Stopped == spec.StoppedSignal {
 		if err := r.fallback(FallbackPartialCrawl, string(store.StepCrawl), "the crawler reached its time limit: the report uses the "+strconv.Itoa(crawled)+" pages it collected"); err != nil {
@@ -511,4 +522,25 @@ func (r *run) readViaExec(id, path string) ([]byte, error) {
 		return nil, fmt.Errorf("read %d of %d bytes of %s", data.Len(), size, path)
 	}
 	return data.Bytes(), nil
+}
+
+// deniedMessage lists the URLs the network policy kept the crawler from,
+// with the address refused and why.
+func deniedMessage(denied []spec.Skipped) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not fetched, by the sandbox's network policy (only public addresses and [sandbox] allow_private are reachable): ")
+	for i, sk := range denied {
+		if i == 20 {
+			fmt.Fprintf(&b, "; and %d more", len(denied)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(sk.URL)
+		if sk.Address != "" {
+			b.WriteString(" (" + sk.Address + ")")
+		}
+	}
+	return b.String()
 }

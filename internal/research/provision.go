@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -68,6 +69,7 @@ func (r *run) provision() (ProvisionOutput, error) {
 			providers.LabelJob:    r.job.ID,
 		},
 		Network:     providers.NetworkPolicy{Mode: providers.NetworkAll},
+		Secrets:     r.agentSecrets(),
 		Lifetime:    lifetime,
 		Resources:   providers.Resources{MemoryMB: r.p.Config.Sandbox.MemoryMB},
 		Priority:    1,
@@ -174,3 +176,39 @@ func (r *run) checkBrowser(id string) error {
 	}
 	return r.step(store.StepBrowser, store.StepComplete, 0, 0)
 }
+
+// agentSecrets gives the summarizing agent its token when the sandbox is
+// made, scoped to the host of [research.agent] base_url (Claude Code's own
+// endpoint, api.anthropic.com, when that is empty). On a provider with
+// host-scoped secrets the sandbox, and the pages its browser runs, only
+// ever see a placeholder, which the provider's way out replaces in requests
+// to that host; elsewhere it is a plain environment variable, as a log
+// line says.
+func (r *run) agentSecrets() []providers.Secret {
+	cfg := r.p.Config.Research.Agent
+	if !cfg.Enabled || cfg.TokenEnv == "" {
+		return nil
+	}
+	tok := os.Getenv(cfg.TokenEnv)
+	if tok == "" {
+		return nil
+	}
+	host := defaultAgentHost
+	if u, err := url.Parse(cfg.BaseURL); err == nil && u.Host != "" {
+		host = u.Host
+	}
+	if info, err := r.p.Provider.Info(r.ctx); err == nil && !info.Capabilities.HostScopedSecrets {
+		r.log.Warn("the provider cannot scope secrets to hosts: the agent's token is a plain environment variable in the sandbox", "provider", info.Name)
+	}
+	var out []providers.Secret
+	for _, name := range agentTokenVars {
+		out = append(out, providers.Secret{Name: name, Value: tok, Hosts: []string{host}})
+	}
+	return out
+}
+
+// The agent's token reaches Claude Code under both names it reads;
+// defaultAgentHost is where it sends them without ANTHROPIC_BASE_URL.
+var agentTokenVars = []string{"ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_API_KEY"}
+
+const defaultAgentHost = "api.anthropic.com"

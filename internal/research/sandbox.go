@@ -152,6 +152,10 @@ func (p *Phases) terminateJobSandboxes(ctx context.Context, jobID, reason string
 			}
 		}
 		if id != "" {
+			// What the sandbox sent and received, read while it lives.
+			if sb, err := p.Provider.Get(ctx, id); err == nil {
+				p.logger().Info("sandbox network usage", "job_id", jobID, "sandbox_id", id, "network", sb.Network)
+			}
 			if err := p.Provider.Terminate(ctx, id); err != nil {
 				errs = append(errs, fmt.Errorf("terminate %s: %w", id, err))
 				continue

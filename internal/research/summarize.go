@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -127,12 +126,8 @@ func (r *run) runAgent(id string) (int, []string, error) {
 	if cfg.BaseURL != "" {
 		env["ANTHROPIC_BASE_URL"] = cfg.BaseURL
 	}
-	if cfg.TokenEnv != "" {
-		if tok := os.Getenv(cfg.TokenEnv); tok != "" {
-			env["ANTHROPIC_AUTH_TOKEN"] = tok
-			env["ANTHROPIC_API_KEY"] = tok
-		}
-	}
+	// The token is not passed here: the sandbox got it when it was made,
+	// scoped to the agent's host (see agentSecrets).
 	var stdout, stderr bytes.Buffer
 	timeout := cfg.Timeout.D()
 	if timeout <= 0 {

@@ -139,8 +139,8 @@ type envConfig struct {
 	dir string
 	// db reuses another env's tables.
 	db *ddblocal.TestEnv
-	// local is appended to [provider.local].
-	local string
+	// sandbox and local are appended to [sandbox] and [provider.local].
+	sandbox, local string
 }
 
 func newEnv(t testing.TB, ec envConfig) *env {
@@ -169,6 +169,7 @@ ro_paths = %s
 %s
 [sandbox]
 lifetime = "10m"
+%s
 [auth]
 dev_token_env = ""
 [[auth.tokens]]
@@ -181,7 +182,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, pluginDir, roPaths, ec.local, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, pluginDir, roPaths, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../..")
 	if err != nil {
 		t.Fatal(err)

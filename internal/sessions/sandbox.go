@@ -319,6 +319,10 @@ func (s *Service) terminate(ctx context.Context, key, id, reason string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
+	// What the sandbox sent and received, read while it lives.
+	if sb, err := s.prov.Get(ctx, id); err == nil {
+		s.log.Info("sandbox network usage", "session", key, "sandbox_id", id, "network", sb.Network)
+	}
 	if err := s.prov.Terminate(ctx, id); err != nil {
 		s.log.Error("terminating a session sandbox", "session", key, "sandbox_id", id, "err", s.redact.Error(err))
 		return

@@ -13,9 +13,12 @@
 // after it is terminated, like a job's. Its name is new for each sandbox, so
 // a ledger entry always stands for exactly one sandbox.
 //
-// Secrets of the dependencies are given to every session sandbox; their
-// values are replaced in everything a run returns, in events, errors and
-// logs.
+// Secrets of the dependencies are given to every session sandbox. One with
+// hosts, on a provider with host-scoped secrets, is a placeholder in the
+// sandbox that the provider's way out replaces in requests to those hosts
+// only; otherwise (and on other providers, which a log line says) it is the
+// value itself. Values are replaced in everything a run returns, in events,
+// errors and logs, either way.
 package sessions
 
 import (
@@ -196,6 +199,13 @@ func (s *Service) capabilities(ctx context.Context) (providers.Capabilities, err
 		return providers.Capabilities{}, &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
 	}
 	s.caps = &info.Capabilities
+	if !info.Capabilities.HostScopedSecrets {
+		for _, sec := range s.secrets {
+			if len(sec.Hosts) > 0 {
+				s.log.Warn("the provider cannot scope secrets to hosts: this secret is a plain environment variable in every session sandbox, readable by the code that runs there", "provider", info.Name, "secret", sec.Name)
+			}
+		}
+	}
 	return info.Capabilities, nil
 }
 

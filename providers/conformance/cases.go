@@ -50,6 +50,7 @@ func Cases() []Case {
 		}, Run: caseLimitsVolumeCapacity},
 
 		{Name: "network-none", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkNone) }, Run: caseNetworkNone},
+		{Name: "network-all", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkAll) }, Run: caseNetworkAll},
 		{Name: "network-allowlist", NeedsHost: true, Requires: func(c providers.Capabilities) bool { return c.Supports(providers.NetworkAllowlist) }, Run: caseNetworkAllowlist},
 
 		{Name: "concurrency-20", Heavy: true, Run: caseConcurrency},

@@ -26,17 +26,16 @@ func caseSnapshots(t T, p providers.Provider) {
 	f.deleteSnapshotLater(slug)
 
 	// Each build appends a line to a file in the snapshot and, where the
-	// builder can reach the host, visits a listener there: two builds
-	// would show as two lines or two visits.
-	var h *hostListener
+	// builder can reach the fixture, visits it: two builds would show as
+	// two lines or two visits.
+	fx := f.e.opts.Fixture
 	buildToken := f.unique("build")
 	setup := []string{
 		fmt.Sprintf("mkdir -p %[1]s/bin && echo built >> %[1]s/builds.txt", dir),
 		fmt.Sprintf(`printf '#!/bin/sh\necho "tool ran with $CF_SNAP_ENV"\n' > %[1]s/bin/cf-tool && chmod 755 %[1]s/bin/cf-tool`, dir),
 	}
-	if f.e.opts.HostReachable {
-		h = f.hostListener()
-		setup = append(setup, probeScript(h.port, buildToken))
+	if fx != nil {
+		setup = append(setup, fetchScript("http://"+fx.Listed+"/"+buildToken))
 	}
 	spec := providers.SnapshotSpec{
 		Slug:    slug,
@@ -65,8 +64,8 @@ func caseSnapshots(t T, p providers.Provider) {
 	if !snaps[0].CreatedAt.Equal(snaps[1].CreatedAt) {
 		t.Errorf("concurrent EnsureSnapshot calls returned different snapshots (created %s and %s)", snaps[0].CreatedAt, snaps[1].CreatedAt)
 	}
-	if h != nil {
-		switch n := h.visits(buildToken); n {
+	if fx != nil {
+		switch n := fx.visitsOf("listed", buildToken); n {
 		case 1:
 		case 0:
 			t.Logf("the snapshot builder could not reach the host; builds counted from the snapshot's contents only")

@@ -43,8 +43,8 @@ type Case struct {
 	// Heavy cases move tens of megabytes or start many sandboxes at once.
 	// Options.Short skips them, and they never run beside other cases.
 	Heavy bool
-	// NeedsHost cases reach a listener the suite opens on the host's
-	// loopback; they run only with Options.HostReachable.
+	// NeedsHost cases reach the servers of Options.Fixture on this
+	// machine's loopback; they run only with a Fixture.
 	NeedsHost bool
 	Run       func(t T, p providers.Provider)
 }
@@ -69,11 +69,15 @@ type Options struct {
 	Skip []string
 	// Short skips the heavy cases.
 	Short bool
-	// HostReachable says that sandboxes with network can reach the host's
-	// 127.0.0.1 (true for providers that run sandboxes on this machine).
-	// The network-policy case needs it to tell a blocked connection from
-	// an unreachable one, and is skipped without it.
-	HostReachable bool
+	// Fixture, for providers whose sandboxes run on this machine, is what
+	// the network cases reach: the harness lists Fixture.Listed in the
+	// provider's allow_private before configuring it (see StartFixture).
+	// Without it those cases are skipped, since from a remote sandbox a
+	// refused connection proves nothing.
+	Fixture *Fixture
+	// FixtureDNS says the provider resolves names with Fixture.DNS, so
+	// that the cases also try names, wildcards and ports.
+	FixtureDNS bool
 	// SnapshotDir is where snapshot setup commands put files so that
 	// sandboxes booted from the snapshot see them: a path the provider
 	// keeps in its snapshots. "" means DefaultSnapshotDir.
@@ -422,8 +426,8 @@ func (e *env) skipReason(c Case) string {
 		return "the provider does not claim the capability this case needs"
 	case c.Heavy && e.opts.Short:
 		return "heavy case skipped in short mode"
-	case c.NeedsHost && !e.opts.HostReachable:
-		return "needs sandboxes that can reach the host's 127.0.0.1 (Options.HostReachable)"
+	case c.NeedsHost && e.opts.Fixture == nil:
+		return "needs sandboxes on this machine and a fixture in their allow_private (Options.Fixture)"
 	}
 	return ""
 }

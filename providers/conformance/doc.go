@@ -52,10 +52,12 @@
 // Options.Only and Options.Skip (path.Match patterns over case names).
 //
 // Options that depend on where sandboxes run:
-//   - HostReachable: set it when sandboxes with network can reach the
-//     host's 127.0.0.1 (a provider running sandboxes on this machine). The
-//     network-policy cases open a listener there and are skipped without
-//     it, since from a remote sandbox a refused connection proves nothing.
+//   - Fixture (and FixtureDNS): for a provider whose sandboxes run on
+//     this machine, start a Fixture before configuring the provider, list
+//     Fixture.Listed in its allow_private (and Fixture.DNS as its resolver
+//     where it has such a setting). The network cases reach it and are
+//     skipped without it, since from a remote sandbox a refused connection
+//     proves nothing.
 //   - SnapshotDir: where snapshot setup commands write files that
 //     sandboxes booted from the snapshot must see.
 //

@@ -113,7 +113,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			real := startLocal(t)
+			real := startLocal(t, nil)
 			runID := "fault" + conformanceRunSuffix(t)
 			t.Cleanup(func() { terminateRun(t, real, runID) })
 			var out bytes.Buffer

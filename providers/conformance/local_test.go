@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/conformance"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
@@ -65,16 +66,22 @@ func requireBwrap(t *testing.T) {
 
 // startLocal starts the local provider through the plugin boundary with its
 // own state directory.
-func startLocal(t *testing.T) *plugin.Client {
+func startLocal(t *testing.T, fx *conformance.Fixture) *plugin.Client {
 	t.Helper()
 	requireBwrap(t)
-	settings, err := json.Marshal(config.LocalSettings{StateDir: t.TempDir()})
+	ls := config.LocalSettings{StateDir: t.TempDir()}
+	var defaults providers.SandboxDefaults
+	if fx != nil {
+		ls.DNSServers = []string{fx.DNS}
+		defaults.AllowPrivate = []string{fx.Listed}
+	}
+	settings, err := json.Marshal(ls)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Warnings only: the plugin logs every sandbox at info level.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	p, err := plugin.Start(context.Background(), plugin.Options{Path: pluginPath, Settings: settings, Logger: logger})
+	p, err := plugin.Start(context.Background(), plugin.Options{Path: pluginPath, Settings: settings, Defaults: defaults, Logger: logger})
 	if err != nil {
 		t.Fatalf("starting the local provider plugin: %v", err)
 	}
@@ -86,11 +93,24 @@ func startLocal(t *testing.T) *plugin.Client {
 	return p
 }
 
+// startFixture starts the network cases' fixture for the test.
+func startFixture(t *testing.T) *conformance.Fixture {
+	t.Helper()
+	fx, err := conformance.StartFixture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fx.Close)
+	return fx
+}
+
 func TestLocalProvider(t *testing.T) {
-	p := startLocal(t)
+	fx := startFixture(t)
+	p := startLocal(t, fx)
 	conformance.Run(t, p, conformance.Options{
-		HostReachable: true,
-		Short:         testing.Short(),
+		Fixture:    fx,
+		FixtureDNS: true,
+		Short:      testing.Short(),
 		// A healthy case takes seconds; the bound keeps a hung provider
 		// from running into go test's own timeout, which would leak the
 		// plugin process.
@@ -101,7 +121,7 @@ func TestLocalProvider(t *testing.T) {
 // TestRunAllLocal runs a few cases the way the command line does and checks
 // what it prints.
 func TestRunAllLocal(t *testing.T) {
-	p := startLocal(t)
+	p := startLocal(t, nil)
 	var out bytes.Buffer
 	sum := conformance.RunAll(t.Context(), p, conformance.Options{
 		Only:     []string{"info", "exec-exit-codes", "files-round-trip", "network-none"},
@@ -109,7 +129,7 @@ func TestRunAllLocal(t *testing.T) {
 	}, &out)
 	t.Logf("RunAll output:\n%s", &out)
 	if !sum.OK() || sum.Passed != 4 || sum.Skipped != 1 || sum.Failed != 0 {
-		t.Errorf("summary %d passed, %d skipped, %d failed; want 4 passed (3 cases and no-leaks), 1 skipped (network-none without HostReachable)", sum.Passed, sum.Skipped, sum.Failed)
+		t.Errorf("summary %d passed, %d skipped, %d failed; want 4 passed (3 cases and no-leaks), 1 skipped (network-none without a fixture)", sum.Passed, sum.Skipped, sum.Failed)
 	}
 	line := regexp.MustCompile(`^(PASS|FAIL|SKIP) [a-z0-9-]+ \([0-9a-zµ.]+\)$`)
 	var results []string

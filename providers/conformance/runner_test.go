@@ -180,7 +180,7 @@ func TestSelection(t *testing.T) {
 			t.Errorf("%s is selected although filtered out", not)
 		}
 	}
-	// Streaming is not claimed, the network case needs HostReachable, the
+	// Streaming is not claimed, the network case needs a Fixture, the
 	// concurrency case is heavy.
 	for _, want := range []string{"exec-streaming", "network-none", "concurrency-20"} {
 		if !slices.Contains(skipped, want) {

@@ -33,6 +33,9 @@ const (
 	fdReady    = 4 // the agent writes "ready\n" once it accepts requests
 	fdListener = 5 // the listening unix socket, created by the plugin
 	fdConfig   = 6 // agentConfig as JSON, then EOF
+	// fdBundle is the CA bundle bwrap copies into the sandbox
+	// (--ro-bind-data), when it has one; bwrap consumes it.
+	fdBundle = 7
 )
 
 // agentConfig is what the plugin tells the agent at start. It travels over a
@@ -47,6 +50,9 @@ type agentConfig struct {
 	MaxFileSize int64         `json:"max_file_size"`
 	// ExecTimeout bounds an exec whose request carries none.
 	ExecTimeout time.Duration `json:"exec_timeout"`
+	// EgressPort, when set, is where the agent listens on 127.0.0.1 for
+	// the plugin's egress proxy (see network.go).
+	EgressPort int `json:"egress_port,omitempty"`
 }
 
 type agent struct {
@@ -56,6 +62,8 @@ type agent struct {
 
 	active  atomic.Int64
 	lastUse atomic.Int64 // unix nanoseconds
+
+	egress *net.TCPListener // nil without network
 }
 
 func runAgent() int {
@@ -100,6 +108,12 @@ func runAgent() int {
 	}
 
 	a := &agent{cfg: cfg, self: self, log: log}
+	if cfg.EgressPort > 0 {
+		if a.egress, err = listenEgress(cfg.EgressPort); err != nil {
+			log.Error("egress listener", "err", err)
+			return 2
+		}
+	}
 	a.lastUse.Store(time.Now().UnixNano())
 	go a.watchLifetime()
 
@@ -207,6 +221,14 @@ func (a *agent) handle(conn net.Conn) {
 	var req request
 	if err := json.Unmarshal(b, &req); err != nil {
 		_ = fw.writeJSON(frameResult, errResult(providers.InvalidArgument, "bad request: %v", err))
+		return
+	}
+	if req.Op == opEgress {
+		a.sendEgress(conn)
+		return
+	}
+	if req.Op == opEgress {
+		a.sendEgress(conn)
 		return
 	}
 	if req.Op != opPing {

@@ -249,8 +249,8 @@ func TestConfigure(t *testing.T) {
 	}
 	info, _ := p.Info(context.Background())
 	if info.Name != "local" || info.Version != version.Version || !info.Capabilities.Supports(providers.NetworkNone) ||
-		!info.Capabilities.Supports(providers.NetworkAll) || info.Capabilities.Supports(providers.NetworkAllowlist) ||
-		!info.Capabilities.FileAPI || info.Capabilities.PublicURL {
+		!info.Capabilities.Supports(providers.NetworkAll) || !info.Capabilities.Supports(providers.NetworkAllowlist) ||
+		!info.Capabilities.FileAPI || info.Capabilities.PublicURL || !info.Capabilities.HostScopedSecrets {
 		t.Errorf("Info = %+v", info)
 	}
 }

@@ -2,7 +2,7 @@
 // with bubblewrap (Debian package "bubblewrap").
 //
 // A sandbox is a long-lived bwrap process with its own user, mount, pid, ipc,
-// uts and (unless the network policy is "all") network namespace, and no way
+// uts and network namespace, and no way
 // to make further user namespaces. Only the configured system directories
 // are visible, read-only; /tmp, /home/sandbox and (when no volume is mounted
 // there) /workspace are tmpfs mounts of bounded size, volumes are mounted at
@@ -35,9 +35,13 @@
 // restarted plugin knows the live sandboxes again and cleans up dead ones;
 // several plugin processes may share one state_dir.
 //
-// Not enforced: Resources.DiskMB (scratch sizes are the settings') and
-// Secret.Hosts (secrets are environment variables). Priority, Preemptible,
-// Flavor and Region are ignored.
+// Every sandbox has a network namespace of its own; with network it leaves
+// only through the plugin's egress proxy (see network.go), which enforces
+// the policy on resolved addresses and puts host-scoped secrets into the
+// headers of requests to their hosts: commands see placeholders.
+//
+// Not enforced: Resources.DiskMB (scratch sizes are the settings').
+// Priority, Preemptible, Flavor and Region are ignored.
 package local
 
 import (
@@ -60,6 +64,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/version"
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // Paths inside every sandbox.
@@ -137,6 +142,12 @@ type Provider struct {
 	reapOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
+
+	// egress is the proxy every sandbox with network leaves through
+	// (guarded by mu); serving holds the sandboxes this process serves.
+	egress   *egress.Proxy
+	egressMu sync.Mutex
+	serving  map[string]*egressServer
 }
 
 // settings are LocalSettings with defaults filled and paths resolved.
@@ -177,19 +188,28 @@ func New() *Provider {
 		cache:   make(map[string]*sandbox),
 		flights: make(map[string]*flight),
 		stop:    make(chan struct{}),
+		serving: make(map[string]*egressServer),
 	}
 }
 
 var _ providers.Provider = (*Provider)(nil)
 
-// Close stops the background reaper and the staging thread. Sandboxes keep
-// running: they belong to state_dir, not to this process.
+// Close stops the background reaper, the staging thread and the egress
+// proxies this process runs. Sandboxes keep running: they belong to
+// state_dir, not to this process, and the next plugin process serves their
+// ways out again.
 func (p *Provider) Close() error {
 	p.stopOnce.Do(func() {
 		close(p.stop)
 		p.mu.Lock()
+		s, configured := p.s, p.configured
 		p.configured = false
 		p.mu.Unlock()
+		if configured {
+			// Another plugin process takes the sandboxes' ways out over
+			// from the agents, which keep their listeners.
+			p.stopAllEgress(s)
+		}
 		if p.stage != nil {
 			p.stage.close()
 		}
@@ -207,15 +227,16 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 		Version:    version.Version,
 		APIVersion: providers.APIVersion,
 		Capabilities: providers.Capabilities{
-			Snapshots:      true,
-			Volumes:        true,
-			NamedSandboxes: true,
-			ListByLabels:   true,
-			ExecStreaming:  true,
-			FileAPI:        true,
-			PublicURL:      false,
-			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
-			Limits:         limits,
+			Snapshots:         true,
+			Volumes:           true,
+			NamedSandboxes:    true,
+			ListByLabels:      true,
+			ExecStreaming:     true,
+			FileAPI:           true,
+			PublicURL:         false,
+			HostScopedSecrets: true,
+			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
+			Limits:            limits,
 		},
 	}, nil
 }
@@ -256,9 +277,17 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	if err := p.probe(ctx, s); err != nil {
 		return err
 	}
+	proxy, err := newEgressProxy(ls, p.log)
+	if err != nil {
+		return err
+	}
+	if _, err := egress.NewPolicy(providers.NetworkAll, nil, cfg.Defaults.AllowPrivate); err != nil {
+		return providers.Errorf(providers.InvalidArgument, "configure", "sandbox defaults: %v", err)
+	}
 
 	p.mu.Lock()
 	p.s = s
+	p.egress = proxy
 	p.defaults = cfg.Defaults
 	p.configured = true
 	p.mu.Unlock()
@@ -548,6 +577,9 @@ func (p *Provider) reapLoop() {
 }
 
 func (p *Provider) reap() {
+	if s, err := p.ready(); err == nil {
+		p.flushUsage(s)
+	}
 	recs, err := p.scanRecords()
 	if err != nil {
 		p.log.Warn("reaper: listing sandboxes", "err", err)
@@ -580,6 +612,9 @@ func (p *Provider) reload() {
 		switch {
 		case rec.alive():
 			p.remember(&sandbox{rec: rec})
+			if s, err := p.ready(); err == nil {
+				p.resumeEgress(s, rec.ID)
+			}
 			p.log.Info("reload: sandbox is live", "sandbox_id", rec.ID, "name", rec.Name)
 		case !rec.starting():
 			p.cleanup(rec)

@@ -34,16 +34,23 @@ func requireBwrap(t testing.TB) {
 }
 
 type testEnv struct {
-	t     testing.TB
-	p     *Provider
-	dir   string
-	ctx   context.Context
-	extra config.LocalSettings
+	t        testing.TB
+	p        *Provider
+	dir      string
+	ctx      context.Context
+	extra    config.LocalSettings
+	defaults providers.SandboxDefaults
 }
 
 // newEnv configures a provider on a fresh state_dir. A state_dir below the
 // test's own temp dir proves that it need not be reachable by sandbox uids.
 func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
+	t.Helper()
+	return newEnvDefaults(t, mod, nil)
+}
+
+// newEnvDefaults is newEnv with sandbox defaults changed by dmod.
+func newEnvDefaults(t testing.TB, mod func(*config.LocalSettings), dmod func(*providers.SandboxDefaults)) *testEnv {
 	t.Helper()
 	requireBwrap(t)
 	// A uid range of its own, so that counting a sandbox's host processes
@@ -52,7 +59,11 @@ func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
 	if mod != nil {
 		mod(&ls)
 	}
-	e := &testEnv{t: t, dir: ls.StateDir, ctx: context.Background(), extra: ls}
+	e := &testEnv{t: t, dir: ls.StateDir, ctx: context.Background(), extra: ls,
+		defaults: providers.SandboxDefaults{Lifetime: 10 * time.Minute, ExecTimeout: time.Minute}}
+	if dmod != nil {
+		dmod(&e.defaults)
+	}
 	p, err := e.configure()
 	if err != nil {
 		// The probe's verdict: bwrap is there but cannot make a sandbox
@@ -93,7 +104,7 @@ func (e *testEnv) configure() (*Provider, error) {
 	defer cancel()
 	return p, p.Configure(ctx, providers.Config{
 		Settings: b,
-		Defaults: providers.SandboxDefaults{Lifetime: 10 * time.Minute, ExecTimeout: time.Minute},
+		Defaults: e.defaults,
 	})
 }
 

@@ -264,19 +264,6 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 		IdleTimeout: spec.IdleTimeout,
 		BuildDir:    buildDir,
 	}
-	if rec.Network == "" {
-		rec.Network = defaults.Network.Mode
-	}
-	if rec.Network == "" {
-		rec.Network = providers.NetworkNone
-	}
-	switch rec.Network {
-	case providers.NetworkNone, providers.NetworkAll:
-	case providers.NetworkAllowlist:
-		return rec, providers.Errorf(providers.Unsupported, op, "network mode %q: the local provider supports only %q and %q", rec.Network, providers.NetworkNone, providers.NetworkAll)
-	default:
-		return rec, providers.Errorf(providers.InvalidArgument, op, "unknown network mode %q", rec.Network)
-	}
 	lifetime := spec.Lifetime
 	if lifetime <= 0 {
 		lifetime = defaults.Lifetime
@@ -308,6 +295,10 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 			return rec, providers.Errorf(providers.InvalidArgument, op, "secret %q: invalid name or value", sec.Name)
 		}
 	}
+	nw, secrets, err := p.prepareNetwork(&rec, spec, defaults)
+	if err != nil {
+		return rec, err
+	}
 
 	unlock, err := p.lock(s)
 	if err != nil {
@@ -325,13 +316,10 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 	env := baseEnv()
 	env = mergeEnv(env, expandEnv(snapEnv, env))
 	env = mergeEnv(env, spec.Env)
-	secrets := make(map[string]string, len(spec.Secrets))
-	for _, sec := range spec.Secrets {
-		secrets[sec.Name] = sec.Value
-	}
 	env = mergeEnv(env, secrets)
+	env = mergeEnv(env, nw.env)
 
-	sb, err := p.start(ctx, s, rec, env)
+	sb, err := p.start(ctx, s, rec, env, nw)
 	if err != nil {
 		p.cleanup(rec)
 		return rec, err
@@ -486,7 +474,7 @@ func normalizeMounts(mounts []providers.Mount, roPaths []string) ([]providers.Mo
 
 // start gives the sandbox its cgroups and mounts and starts bwrap with the
 // agent.
-func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env []string) (*sandbox, error) {
+func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env []string, nw *sandboxNet) (*sandbox, error) {
 	const op = "create"
 	log := p.log.With("sandbox_id", rec.ID)
 	dir := s.sandboxDir(rec.ID)
@@ -506,14 +494,21 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 			log.Warn("releasing staged directories", "err", err)
 		}
 	}()
+	// --unshare-all includes the network: whatever its policy, a sandbox
+	// has only a loopback of its own, and leaves through the egress proxy.
 	args := []string{"--unshare-all"}
-	if rec.Network == providers.NetworkAll {
-		args = append(args, "--share-net")
-	}
 	args = append(args, "--unshare-user", "--disable-userns", "--as-pid-1",
 		"--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID),
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
 	args = append(args, s.roArgs...)
+	bundle, err := nw.bundleFile()
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("CA bundle: %w", err))
+	}
+	if bundle != nil {
+		defer bundle.Close()
+		args = append(args, "--ro-bind-data", fmt.Sprint(fdBundle), nw.bundlePath)
+	}
 	// bwrap's /dev is a tmpfs the sandbox could fill RAM through: it is made
 	// read-only, and shared memory gets a tmpfs of bounded size. The
 	// scratch directories are tmpfs mounts of bounded size too, private to
@@ -606,12 +601,16 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		Limits:      limits,
 		MaxFileSize: s.maxFileSize,
 		ExecTimeout: p.execTimeout(0),
+		EgressPort:  nw.port(),
 	}
 	// Not the request's ctx: the sandbox outlives the call that made it.
 	cmd := exec.Command(s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + homePath}
 	cmd.Stderr = errW
 	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR}
+	if bundle != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, bundle)
+	}
 	err = st.start(cmd, uid)
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("starting bwrap: %w", err))
@@ -701,6 +700,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		return abort(rec.InitPID, providers.Errorf(providers.Internal, op, "the sandbox ended right after it started"))
 	}
 	rec.InitStart = ps.start
+	if err := p.startEgress(ctx, s, rec.ID, nw); err != nil {
+		return abort(rec.InitPID, providers.Wrap(providers.Internal, op, fmt.Errorf("the sandbox's way out: %w", err)))
+	}
 	if err := writeJSONFile(s.recordPath(rec.ID), rec, 0o600); err != nil {
 		return abort(rec.InitPID, providers.Wrap(providers.Internal, op, err))
 	}
@@ -746,13 +748,15 @@ func (l *startupLog) text() string {
 	return strings.TrimSpace(l.buf.String())
 }
 
-// Get returns a live sandbox.
+// Get returns a live sandbox, with its network usage so far.
 func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error) {
-	_, sb, err := p.live("get", id)
+	s, sb, err := p.live("get", id)
 	if err != nil {
 		return providers.Sandbox{}, err
 	}
-	return sb.rec.public(), nil
+	pub := sb.rec.public()
+	pub.Network = p.networkUsage(s, id)
+	return pub, nil
 }
 
 // List returns the live sandboxes matching the filter; it cleans up after
@@ -853,6 +857,7 @@ func (p *Provider) cleanup(rec sandboxRecord) {
 		}
 	}
 	p.forget(rec.ID)
+	p.stopEgress(s, rec.ID)
 	if err := rec.Cgroup.remove(); err != nil {
 		p.log.Warn("removing the sandbox's cgroups", "sandbox_id", rec.ID, "err", err)
 		return

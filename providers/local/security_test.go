@@ -2,7 +2,6 @@ package local
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,53 +241,4 @@ func TestSecurityForkBombContained(t *testing.T) {
 	if left := hostProcsOf(uid); len(left) != 0 {
 		t.Errorf("processes of the sandbox's uid remain after Terminate: %v", left)
 	}
-}
-
-func TestSecurityNetworkPolicy(t *testing.T) {
-	e := newEnv(t, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan string, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			buf := make([]byte, 64)
-			c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			n, _ := c.Read(buf)
-			accepted <- string(buf[:n])
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
-	connect := fmt.Sprintf(`bash -c 'echo "$0" > /dev/tcp/127.0.0.1/%d'`, port)
-
-	none := e.create(providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkNone}})
-	if r := e.exec(none.ID, providers.ExecRequest{Shell: connect + " from-none 2>/dev/null", Timeout: 20 * time.Second}); r.ExitCode == 0 {
-		t.Errorf("network none: connecting to the host's 127.0.0.1:%d succeeded", port)
-	}
-	if out := e.sh(none.ID, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '"); out != "lo\n" {
-		t.Errorf("network none: interfaces %q, want only lo", out)
-	}
-	all := e.create(providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAll}})
-	if r := e.exec(all.ID, providers.ExecRequest{Shell: connect + " from-all", Timeout: 20 * time.Second}); r.ExitCode != 0 {
-		t.Errorf("network all: connecting failed: %+v %s", r.ExecResult, r.stderr)
-	}
-	select {
-	case got := <-accepted:
-		if got != "from-all\n" {
-			t.Errorf("the listener received %q, want from-all", got)
-		}
-	case <-time.After(10 * time.Second):
-		t.Errorf("the listener saw no connection from the sandbox with network all")
-	}
-	_, err = e.p.Create(e.ctx, providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAllowlist, AllowHosts: []string{"example.com"}}})
-	wantCode(t, "Create with an allowlist", err, providers.Unsupported)
-	_, err = e.p.Create(e.ctx, providers.CreateSpec{Network: providers.NetworkPolicy{Mode: "bogus"}})
-	wantCode(t, "Create with an unknown network mode", err, providers.InvalidArgument)
 }

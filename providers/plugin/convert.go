@@ -60,11 +60,12 @@ func configToProto(c providers.Config) *pb.ConfigureRequest {
 		SettingsJson: c.Settings,
 		Secrets:      c.Secrets,
 		Defaults: &pb.SandboxDefaults{
-			Lifetime:    durToProto(c.Defaults.Lifetime),
-			IdleTimeout: durToProto(c.Defaults.IdleTimeout),
-			ExecTimeout: durToProto(c.Defaults.ExecTimeout),
-			MemoryMb:    int64(c.Defaults.MemoryMB),
-			Network:     networkToProto(c.Defaults.Network),
+			Lifetime:     durToProto(c.Defaults.Lifetime),
+			IdleTimeout:  durToProto(c.Defaults.IdleTimeout),
+			ExecTimeout:  durToProto(c.Defaults.ExecTimeout),
+			MemoryMb:     int64(c.Defaults.MemoryMB),
+			Network:      networkToProto(c.Defaults.Network),
+			AllowPrivate: c.Defaults.AllowPrivate,
 		},
 	}
 }
@@ -75,11 +76,12 @@ func configFromProto(r *pb.ConfigureRequest) providers.Config {
 		Settings: r.GetSettingsJson(),
 		Secrets:  r.GetSecrets(),
 		Defaults: providers.SandboxDefaults{
-			Lifetime:    durFromProto(d.GetLifetime()),
-			IdleTimeout: durFromProto(d.GetIdleTimeout()),
-			ExecTimeout: durFromProto(d.GetExecTimeout()),
-			MemoryMB:    int(d.GetMemoryMb()),
-			Network:     networkFromProto(d.GetNetwork()),
+			Lifetime:     durFromProto(d.GetLifetime()),
+			IdleTimeout:  durFromProto(d.GetIdleTimeout()),
+			ExecTimeout:  durFromProto(d.GetExecTimeout()),
+			MemoryMB:     int(d.GetMemoryMb()),
+			Network:      networkFromProto(d.GetNetwork()),
+			AllowPrivate: d.GetAllowPrivate(),
 		},
 	}
 }
@@ -95,17 +97,18 @@ func infoToProto(i providers.Info) *pb.InfoResponse {
 		Version:    i.Version,
 		ApiVersion: int64(i.APIVersion),
 		Capabilities: &pb.Capabilities{
-			Snapshots:      c.Snapshots,
-			Volumes:        c.Volumes,
-			NamedSandboxes: c.NamedSandboxes,
-			ListByLabels:   c.ListByLabels,
-			ExecStreaming:  c.ExecStreaming,
-			FileApi:        c.FileAPI,
-			PublicUrl:      c.PublicURL,
-			NetworkModes:   modes,
-			MaxLifetime:    durToProto(c.MaxLifetime),
-			Regions:        c.Regions,
-			Limits:         limitsToProto(c.Limits),
+			Snapshots:         c.Snapshots,
+			Volumes:           c.Volumes,
+			NamedSandboxes:    c.NamedSandboxes,
+			ListByLabels:      c.ListByLabels,
+			ExecStreaming:     c.ExecStreaming,
+			FileApi:           c.FileAPI,
+			PublicUrl:         c.PublicURL,
+			HostScopedSecrets: c.HostScopedSecrets,
+			NetworkModes:      modes,
+			MaxLifetime:       durToProto(c.MaxLifetime),
+			Regions:           c.Regions,
+			Limits:            limitsToProto(c.Limits),
 		},
 	}
 }
@@ -132,17 +135,18 @@ func infoFromProto(r *pb.InfoResponse) providers.Info {
 		Version:    r.GetVersion(),
 		APIVersion: int(r.GetApiVersion()),
 		Capabilities: providers.Capabilities{
-			Snapshots:      c.GetSnapshots(),
-			Volumes:        c.GetVolumes(),
-			NamedSandboxes: c.GetNamedSandboxes(),
-			ListByLabels:   c.GetListByLabels(),
-			ExecStreaming:  c.GetExecStreaming(),
-			FileAPI:        c.GetFileApi(),
-			PublicURL:      c.GetPublicUrl(),
-			NetworkModes:   modes,
-			MaxLifetime:    durFromProto(c.GetMaxLifetime()),
-			Regions:        c.GetRegions(),
-			Limits:         limitsFromProto(c.GetLimits()),
+			Snapshots:         c.GetSnapshots(),
+			Volumes:           c.GetVolumes(),
+			NamedSandboxes:    c.GetNamedSandboxes(),
+			ListByLabels:      c.GetListByLabels(),
+			ExecStreaming:     c.GetExecStreaming(),
+			FileAPI:           c.GetFileApi(),
+			PublicURL:         c.GetPublicUrl(),
+			HostScopedSecrets: c.GetHostScopedSecrets(),
+			NetworkModes:      modes,
+			MaxLifetime:       durFromProto(c.GetMaxLifetime()),
+			Regions:           c.GetRegions(),
+			Limits:            limitsFromProto(c.GetLimits()),
 		},
 	}
 }
@@ -235,6 +239,32 @@ func sandboxToProto(s providers.Sandbox) *pb.Sandbox {
 		PublicUrl: s.PublicURL,
 		CreatedAt: timeToProto(s.CreatedAt),
 		ExpiresAt: timeToProto(s.ExpiresAt),
+		Network:   usageToProto(s.Network),
+	}
+}
+
+func usageToProto(u providers.NetworkUsage) *pb.NetworkUsage {
+	if u.BytesOut == 0 && u.BytesIn == 0 && u.Connections == 0 && u.Denied == 0 && len(u.Hosts) == 0 && u.MoreHosts == 0 {
+		return nil
+	}
+	return &pb.NetworkUsage{
+		BytesOut:    u.BytesOut,
+		BytesIn:     u.BytesIn,
+		Connections: u.Connections,
+		Denied:      u.Denied,
+		Hosts:       u.Hosts,
+		MoreHosts:   u.MoreHosts,
+	}
+}
+
+func usageFromProto(u *pb.NetworkUsage) providers.NetworkUsage {
+	return providers.NetworkUsage{
+		BytesOut:    u.GetBytesOut(),
+		BytesIn:     u.GetBytesIn(),
+		Connections: u.GetConnections(),
+		Denied:      u.GetDenied(),
+		Hosts:       u.GetHosts(),
+		MoreHosts:   u.GetMoreHosts(),
 	}
 }
 
@@ -249,6 +279,7 @@ func sandboxFromProto(s *pb.Sandbox) providers.Sandbox {
 		PublicURL: s.GetPublicUrl(),
 		CreatedAt: timeFromProto(s.GetCreatedAt()),
 		ExpiresAt: timeFromProto(s.GetExpiresAt()),
+		Network:   usageFromProto(s.GetNetwork()),
 	}
 }
 

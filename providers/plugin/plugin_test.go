@@ -108,7 +108,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	opts := testOptions(logs)
 	opts.Settings = []byte(`{"name":"roundtrip"}`)
 	opts.Defaults = providers.SandboxDefaults{Lifetime: time.Hour, ExecTimeout: time.Minute, MemoryMB: 512,
-		Network: providers.NetworkPolicy{Mode: providers.NetworkNone}}
+		Network: providers.NetworkPolicy{Mode: providers.NetworkNone}, AllowPrivate: []string{"127.0.0.1:8443", "10.1.2.0/24"}}
 	c := start(t, opts)
 	ctx := ctxFor(t)
 
@@ -119,7 +119,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	caps := info.Capabilities
 	if info.Name != "roundtrip" || info.Version != "0.0.0-test" || info.APIVersion != providers.APIVersion ||
 		!caps.Snapshots || !caps.Volumes || !caps.NamedSandboxes || !caps.ListByLabels || !caps.ExecStreaming ||
-		!caps.FileAPI || caps.PublicURL || caps.MaxLifetime != time.Hour || !caps.Supports(providers.NetworkAll) ||
+		!caps.FileAPI || caps.PublicURL || !caps.HostScopedSecrets || caps.MaxLifetime != time.Hour || !caps.Supports(providers.NetworkAll) ||
 		caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" ||
 		caps.Limits.Cgroups != "v1" || caps.Limits.Volumes != "ext4-image" || !caps.Limits.Enforces(providers.LimitMemory) ||
 		caps.Limits.Enforces(providers.LimitCPU) {
@@ -184,6 +184,9 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	got, err := c.Get(ctx, sb.ID)
 	if err != nil || got.ID != sb.ID || !got.CreatedAt.Equal(sb.CreatedAt) {
 		t.Fatalf("get = %+v, %v", got, err)
+	}
+	if u := got.Network; u.BytesOut != 1<<40 || u.Denied != 1 || strings.Join(u.Hosts, " ") != "127.0.0.1:8443 10.1.2.0/24" {
+		t.Fatalf("get: network usage %+v did not make the round trip", u)
 	}
 	list, err := c.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelJob: "job-1"}})
 	if err != nil || len(list) != 1 || list[0].ID != sb.ID {

@@ -258,7 +258,12 @@ type SandboxDefaults struct {
 	// Memory limit in MiB of a sandbox whose spec sets none.
 	MemoryMb int64 `protobuf:"varint,4,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
 	// Network policy of a sandbox whose spec leaves network.mode empty.
-	Network       *NetworkPolicy `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkPolicy `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	// Never-public addresses (loopback, link-local, private ranges, the
+	// host's own) that sandboxes with network may reach all the same, in
+	// every mode but "none": "IP", "IP:port", "CIDR" or "CIDR:port", IPv6
+	// with a port in brackets. Everything else of that kind is denied.
+	AllowPrivate  []string `protobuf:"bytes,6,rep,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +329,13 @@ func (x *SandboxDefaults) GetMemoryMb() int64 {
 func (x *SandboxDefaults) GetNetwork() *NetworkPolicy {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *SandboxDefaults) GetAllowPrivate() []string {
+	if x != nil {
+		return x.AllowPrivate
 	}
 	return nil
 }
@@ -462,9 +474,14 @@ type Capabilities struct {
 	// Regions a sandbox may be placed in; empty = the provider decides.
 	Regions []string `protobuf:"bytes,10,rep,name=regions,proto3" json:"regions,omitempty"`
 	// How the provider enforces resource limits; unset = it does not say.
-	Limits        *Limits `protobuf:"bytes,11,opt,name=limits,proto3" json:"limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limits *Limits `protobuf:"bytes,11,opt,name=limits,proto3" json:"limits,omitempty"`
+	// A Secret with hosts never reaches the sandbox as its value: the
+	// sandbox sees a placeholder, which the provider's way out replaces with
+	// the value in request headers to those hosts only. Without it such a
+	// secret is a plain environment variable.
+	HostScopedSecrets bool `protobuf:"varint,12,opt,name=host_scoped_secrets,json=hostScopedSecrets,proto3" json:"host_scoped_secrets,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -572,6 +589,13 @@ func (x *Capabilities) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *Capabilities) GetHostScopedSecrets() bool {
+	if x != nil {
+		return x.HostScopedSecrets
+	}
+	return false
 }
 
 // Limits say how a provider enforces resource limits on its sandboxes.
@@ -961,9 +985,11 @@ func (x *Mount) GetReadOnly() bool {
 	return false
 }
 
-// Secret is a value a sandbox may use. With hosts set (and a provider that
-// supports host scoping) the value is only revealed on requests to those
-// hosts; otherwise it is set as the environment variable `name`.
+// Secret is a value a sandbox may use. With hosts set (and a provider with
+// Capabilities.host_scoped_secrets) the variable `name` holds a
+// placeholder and the value is only put into the headers of requests to
+// those hosts; otherwise the value is set as the environment variable
+// `name`. Hosts: names, "*.domain", or addresses, each optionally ":port".
 type Secret struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1031,7 +1057,9 @@ type NetworkPolicy struct {
 	// an enum so that a newer host's mode reaches an older provider, which
 	// rejects it with UNIMPLEMENTED instead of silently reading it as zero.
 	Mode string `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
-	// Host names reachable in "allowlist" mode.
+	// Hosts reachable in "allowlist" mode: names, "*.domain" for any
+	// subdomain, or addresses, each optionally with ":port" (no port: any).
+	// Never-public addresses stay denied unless allow_private lists them.
 	AllowHosts    []string `protobuf:"bytes,2,rep,name=allow_hosts,json=allowHosts,proto3" json:"allow_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1159,7 +1187,10 @@ type Sandbox struct {
 	PublicUrl string                 `protobuf:"bytes,7,opt,name=public_url,json=publicUrl,proto3" json:"public_url,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// When the provider will terminate it by itself; unset = never.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// What the sandbox sent and received so far, where the provider counts
+	// it; Get fills it, List may leave it unset. Read it before Terminate.
+	Network       *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1288,104 @@ func (x *Sandbox) GetExpiresAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Sandbox) GetNetwork() *NetworkUsage {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkUsage is a sandbox's traffic through its way out, counted since
+// it was created (across plugin restarts).
+type NetworkUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes the sandbox sent to the network and received from it (the
+	// payload of its connections, TLS included; not the proxy protocol).
+	BytesOut int64 `protobuf:"varint,1,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	BytesIn  int64 `protobuf:"varint,2,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// Connections made, and connections the policy denied.
+	Connections int64 `protobuf:"varint,3,opt,name=connections,proto3" json:"connections,omitempty"`
+	Denied      int64 `protobuf:"varint,4,opt,name=denied,proto3" json:"denied,omitempty"`
+	// Hosts contacted, as "host:port" in the names the sandbox used, sorted;
+	// more_hosts counts those beyond the provider's cap on the list.
+	Hosts         []string `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	MoreHosts     int64    `protobuf:"varint,6,opt,name=more_hosts,json=moreHosts,proto3" json:"more_hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkUsage) Reset() {
+	*x = NetworkUsage{}
+	mi := &file_provider_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkUsage) ProtoMessage() {}
+
+func (x *NetworkUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkUsage.ProtoReflect.Descriptor instead.
+func (*NetworkUsage) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *NetworkUsage) GetBytesOut() int64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetBytesIn() int64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetConnections() int64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetDenied() int64 {
+	if x != nil {
+		return x.Denied
+	}
+	return 0
+}
+
+func (x *NetworkUsage) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *NetworkUsage) GetMoreHosts() int64 {
+	if x != nil {
+		return x.MoreHosts
+	}
+	return 0
+}
+
 type GetRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1266,7 +1395,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1407,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[15]
+	mi := &file_provider_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1420,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{15}
+	return file_provider_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRequest) GetId() string {
@@ -1310,7 +1439,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1451,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[16]
+	mi := &file_provider_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1464,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{16}
+	return file_provider_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetResponse) GetSandbox() *Sandbox {
@@ -1357,7 +1486,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1498,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[17]
+	mi := &file_provider_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1511,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{17}
+	return file_provider_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListRequest) GetLabels() map[string]string {
@@ -1408,7 +1537,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1549,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[18]
+	mi := &file_provider_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1562,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{18}
+	return file_provider_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetSandboxes() []*Sandbox {
@@ -1452,7 +1581,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1593,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[19]
+	mi := &file_provider_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1606,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{19}
+	return file_provider_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TerminateRequest) GetId() string {
@@ -1495,7 +1624,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1636,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[20]
+	mi := &file_provider_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1649,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{20}
+	return file_provider_proto_rawDescGZIP(), []int{21}
 }
 
 // ExecRequest is one client message of the Exec stream.
@@ -1538,7 +1667,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1679,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[21]
+	mi := &file_provider_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1692,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{21}
+	return file_provider_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecRequest) GetMsg() isExecRequest_Msg {
@@ -1651,7 +1780,7 @@ type ExecStart struct {
 
 func (x *ExecStart) Reset() {
 	*x = ExecStart{}
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1792,7 @@ func (x *ExecStart) String() string {
 func (*ExecStart) ProtoMessage() {}
 
 func (x *ExecStart) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[22]
+	mi := &file_provider_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1805,7 @@ func (x *ExecStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecStart.ProtoReflect.Descriptor instead.
 func (*ExecStart) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{22}
+	return file_provider_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecStart) GetSandboxId() string {
@@ -1737,7 +1866,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1878,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[23]
+	mi := &file_provider_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1891,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{23}
+	return file_provider_proto_rawDescGZIP(), []int{24}
 }
 
 // ExecResponse is one server message of the Exec stream.
@@ -1780,7 +1909,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1792,7 +1921,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[24]
+	mi := &file_provider_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1805,7 +1934,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{24}
+	return file_provider_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecResponse) GetMsg() isExecResponse_Msg {
@@ -1892,7 +2021,7 @@ type ExecExit struct {
 
 func (x *ExecExit) Reset() {
 	*x = ExecExit{}
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2033,7 @@ func (x *ExecExit) String() string {
 func (*ExecExit) ProtoMessage() {}
 
 func (x *ExecExit) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[25]
+	mi := &file_provider_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2046,7 @@ func (x *ExecExit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecExit.ProtoReflect.Descriptor instead.
 func (*ExecExit) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{25}
+	return file_provider_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExecExit) GetExitCode() int64 {
@@ -1969,7 +2098,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2110,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[26]
+	mi := &file_provider_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2123,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{26}
+	return file_provider_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteFileRequest) GetMsg() isWriteFileRequest_Msg {
@@ -2053,7 +2182,7 @@ type WriteFileHeader struct {
 
 func (x *WriteFileHeader) Reset() {
 	*x = WriteFileHeader{}
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2194,7 @@ func (x *WriteFileHeader) String() string {
 func (*WriteFileHeader) ProtoMessage() {}
 
 func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[27]
+	mi := &file_provider_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2207,7 @@ func (x *WriteFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileHeader.ProtoReflect.Descriptor instead.
 func (*WriteFileHeader) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{27}
+	return file_provider_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteFileHeader) GetSandboxId() string {
@@ -2110,7 +2239,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2251,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[28]
+	mi := &file_provider_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2264,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{28}
+	return file_provider_proto_rawDescGZIP(), []int{29}
 }
 
 type ReadFileRequest struct {
@@ -2153,7 +2282,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2294,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[29]
+	mi := &file_provider_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2307,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{29}
+	return file_provider_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReadFileRequest) GetSandboxId() string {
@@ -2220,7 +2349,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2361,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[30]
+	mi := &file_provider_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2374,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{30}
+	return file_provider_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReadFileResponse) GetData() []byte {
@@ -2266,7 +2395,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2407,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[31]
+	mi := &file_provider_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2420,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{31}
+	return file_provider_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -2317,7 +2446,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2458,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[32]
+	mi := &file_provider_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2471,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{32}
+	return file_provider_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -2371,7 +2500,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +2512,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[33]
+	mi := &file_provider_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +2525,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{33}
+	return file_provider_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FileInfo) GetName() string {
@@ -2450,7 +2579,7 @@ type EnsureSnapshotRequest struct {
 
 func (x *EnsureSnapshotRequest) Reset() {
 	*x = EnsureSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2591,7 @@ func (x *EnsureSnapshotRequest) String() string {
 func (*EnsureSnapshotRequest) ProtoMessage() {}
 
 func (x *EnsureSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[34]
+	mi := &file_provider_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2604,7 @@ func (x *EnsureSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*EnsureSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{34}
+	return file_provider_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EnsureSnapshotRequest) GetSpec() *SnapshotSpec {
@@ -2494,7 +2623,7 @@ type EnsureSnapshotResponse struct {
 
 func (x *EnsureSnapshotResponse) Reset() {
 	*x = EnsureSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2635,7 @@ func (x *EnsureSnapshotResponse) String() string {
 func (*EnsureSnapshotResponse) ProtoMessage() {}
 
 func (x *EnsureSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[35]
+	mi := &file_provider_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2648,7 @@ func (x *EnsureSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsureSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*EnsureSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{35}
+	return file_provider_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *EnsureSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2548,7 +2677,7 @@ type SnapshotSpec struct {
 
 func (x *SnapshotSpec) Reset() {
 	*x = SnapshotSpec{}
-	mi := &file_provider_proto_msgTypes[36]
+	mi := &file_provider_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2689,7 @@ func (x *SnapshotSpec) String() string {
 func (*SnapshotSpec) ProtoMessage() {}
 
 func (x *SnapshotSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[36]
+	mi := &file_provider_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2702,7 @@ func (x *SnapshotSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotSpec.ProtoReflect.Descriptor instead.
 func (*SnapshotSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{36}
+	return file_provider_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotSpec) GetSlug() string {
@@ -2623,7 +2752,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_provider_proto_msgTypes[37]
+	mi := &file_provider_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2764,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[37]
+	mi := &file_provider_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2777,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{37}
+	return file_provider_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Snapshot) GetSlug() string {
@@ -2688,7 +2817,7 @@ type GetSnapshotRequest struct {
 
 func (x *GetSnapshotRequest) Reset() {
 	*x = GetSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[38]
+	mi := &file_provider_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2829,7 @@ func (x *GetSnapshotRequest) String() string {
 func (*GetSnapshotRequest) ProtoMessage() {}
 
 func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[38]
+	mi := &file_provider_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2842,7 @@ func (x *GetSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*GetSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{38}
+	return file_provider_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetSnapshotRequest) GetSlug() string {
@@ -2732,7 +2861,7 @@ type GetSnapshotResponse struct {
 
 func (x *GetSnapshotResponse) Reset() {
 	*x = GetSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[39]
+	mi := &file_provider_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2873,7 @@ func (x *GetSnapshotResponse) String() string {
 func (*GetSnapshotResponse) ProtoMessage() {}
 
 func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[39]
+	mi := &file_provider_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2886,7 @@ func (x *GetSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*GetSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{39}
+	return file_provider_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetSnapshotResponse) GetSnapshot() *Snapshot {
@@ -2776,7 +2905,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_provider_proto_msgTypes[40]
+	mi := &file_provider_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2788,7 +2917,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[40]
+	mi := &file_provider_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2801,7 +2930,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{40}
+	return file_provider_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteSnapshotRequest) GetSlug() string {
@@ -2819,7 +2948,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_provider_proto_msgTypes[41]
+	mi := &file_provider_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2960,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[41]
+	mi := &file_provider_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2973,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{41}
+	return file_provider_proto_rawDescGZIP(), []int{42}
 }
 
 type CreateVolumeRequest struct {
@@ -2856,7 +2985,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[42]
+	mi := &file_provider_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +2997,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[42]
+	mi := &file_provider_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3010,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{42}
+	return file_provider_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CreateVolumeRequest) GetSpec() *VolumeSpec {
@@ -2900,7 +3029,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +3041,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +3054,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{43}
+	return file_provider_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -2949,7 +3078,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3090,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3103,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{44}
+	return file_provider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *VolumeSpec) GetSlug() string {
@@ -3020,7 +3149,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3161,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3174,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{45}
+	return file_provider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Volume) GetSlug() string {
@@ -3092,7 +3221,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3233,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3246,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{46}
+	return file_provider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetVolumeRequest) GetSlug() string {
@@ -3136,7 +3265,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3277,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3290,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{47}
+	return file_provider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetVolumeResponse) GetVolume() *Volume {
@@ -3180,7 +3309,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3321,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3334,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{48}
+	return file_provider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeleteVolumeRequest) GetSlug() string {
@@ -3223,7 +3352,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3364,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3377,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{49}
+	return file_provider_proto_rawDescGZIP(), []int{50}
 }
 
 type ListVolumesRequest struct {
@@ -3261,7 +3390,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3402,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3415,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{50}
+	return file_provider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListVolumesRequest) GetLabels() map[string]string {
@@ -3305,7 +3434,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3317,7 +3446,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3330,7 +3459,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{51}
+	return file_provider_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3354,7 +3483,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_provider_proto_msgTypes[52]
+	mi := &file_provider_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3495,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[52]
+	mi := &file_provider_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3508,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{52}
+	return file_provider_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -3415,20 +3544,21 @@ const file_provider_proto_rawDesc = "" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +
-	"\x11ConfigureResponse\"\xa0\x02\n" +
+	"\x11ConfigureResponse\"\xc5\x02\n" +
 	"\x0fSandboxDefaults\x125\n" +
 	"\blifetime\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\blifetime\x12<\n" +
 	"\fidle_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12<\n" +
 	"\fexec_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\vexecTimeout\x12\x1b\n" +
 	"\tmemory_mb\x18\x04 \x01(\x03R\bmemoryMb\x12=\n" +
-	"\anetwork\x18\x05 \x01(\v2#.sandstep.provider.v1.NetworkPolicyR\anetwork\"\r\n" +
+	"\anetwork\x18\x05 \x01(\v2#.sandstep.provider.v1.NetworkPolicyR\anetwork\x12#\n" +
+	"\rallow_private\x18\x06 \x03(\tR\fallowPrivate\"\r\n" +
 	"\vInfoRequest\"\xa5\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x03R\n" +
 	"apiVersion\x12F\n" +
-	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\xa9\x03\n" +
+	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\xd9\x03\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\tsnapshots\x18\x01 \x01(\bR\tsnapshots\x12\x18\n" +
 	"\avolumes\x18\x02 \x01(\bR\avolumes\x12'\n" +
@@ -3442,7 +3572,8 @@ const file_provider_proto_rawDesc = "" +
 	"\fmax_lifetime\x18\t \x01(\v2\x19.google.protobuf.DurationR\vmaxLifetime\x12\x18\n" +
 	"\aregions\x18\n" +
 	" \x03(\tR\aregions\x124\n" +
-	"\x06limits\x18\v \x01(\v2\x1c.sandstep.provider.v1.LimitsR\x06limits\"X\n" +
+	"\x06limits\x18\v \x01(\v2\x1c.sandstep.provider.v1.LimitsR\x06limits\x12.\n" +
+	"\x13host_scoped_secrets\x18\f \x01(\bR\x11hostScopedSecrets\"X\n" +
 	"\x06Limits\x12\x18\n" +
 	"\acgroups\x18\x01 \x01(\tR\acgroups\x12\x18\n" +
 	"\avolumes\x18\x02 \x01(\tR\avolumes\x12\x1a\n" +
@@ -3489,7 +3620,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tResources\x12\x1b\n" +
 	"\tmemory_mb\x18\x01 \x01(\x03R\bmemoryMb\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x17\n" +
-	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xa7\x03\n" +
+	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xe5\x03\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -3502,10 +3633,20 @@ const file_provider_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x1a9\n" +
+	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12<\n" +
+	"\anetwork\x18\n" +
+	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x1c\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +
+	"\fNetworkUsage\x12\x1b\n" +
+	"\tbytes_out\x18\x01 \x01(\x03R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x02 \x01(\x03R\abytesIn\x12 \n" +
+	"\vconnections\x18\x03 \x01(\x03R\vconnections\x12\x16\n" +
+	"\x06denied\x18\x04 \x01(\x03R\x06denied\x12\x14\n" +
+	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x1d\n" +
+	"\n" +
+	"more_hosts\x18\x06 \x01(\x03R\tmoreHosts\"\x1c\n" +
 	"\n" +
 	"GetRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"F\n" +
@@ -3706,7 +3847,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_provider_proto_goTypes = []any{
 	(ErrorCode)(0),                 // 0: sandstep.provider.v1.ErrorCode
 	(*ConfigureRequest)(nil),       // 1: sandstep.provider.v1.ConfigureRequest
@@ -3724,151 +3865,153 @@ var file_provider_proto_goTypes = []any{
 	(*NetworkPolicy)(nil),          // 13: sandstep.provider.v1.NetworkPolicy
 	(*Resources)(nil),              // 14: sandstep.provider.v1.Resources
 	(*Sandbox)(nil),                // 15: sandstep.provider.v1.Sandbox
-	(*GetRequest)(nil),             // 16: sandstep.provider.v1.GetRequest
-	(*GetResponse)(nil),            // 17: sandstep.provider.v1.GetResponse
-	(*ListRequest)(nil),            // 18: sandstep.provider.v1.ListRequest
-	(*ListResponse)(nil),           // 19: sandstep.provider.v1.ListResponse
-	(*TerminateRequest)(nil),       // 20: sandstep.provider.v1.TerminateRequest
-	(*TerminateResponse)(nil),      // 21: sandstep.provider.v1.TerminateResponse
-	(*ExecRequest)(nil),            // 22: sandstep.provider.v1.ExecRequest
-	(*ExecStart)(nil),              // 23: sandstep.provider.v1.ExecStart
-	(*CloseStdin)(nil),             // 24: sandstep.provider.v1.CloseStdin
-	(*ExecResponse)(nil),           // 25: sandstep.provider.v1.ExecResponse
-	(*ExecExit)(nil),               // 26: sandstep.provider.v1.ExecExit
-	(*WriteFileRequest)(nil),       // 27: sandstep.provider.v1.WriteFileRequest
-	(*WriteFileHeader)(nil),        // 28: sandstep.provider.v1.WriteFileHeader
-	(*WriteFileResponse)(nil),      // 29: sandstep.provider.v1.WriteFileResponse
-	(*ReadFileRequest)(nil),        // 30: sandstep.provider.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),       // 31: sandstep.provider.v1.ReadFileResponse
-	(*ListFilesRequest)(nil),       // 32: sandstep.provider.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 33: sandstep.provider.v1.ListFilesResponse
-	(*FileInfo)(nil),               // 34: sandstep.provider.v1.FileInfo
-	(*EnsureSnapshotRequest)(nil),  // 35: sandstep.provider.v1.EnsureSnapshotRequest
-	(*EnsureSnapshotResponse)(nil), // 36: sandstep.provider.v1.EnsureSnapshotResponse
-	(*SnapshotSpec)(nil),           // 37: sandstep.provider.v1.SnapshotSpec
-	(*Snapshot)(nil),               // 38: sandstep.provider.v1.Snapshot
-	(*GetSnapshotRequest)(nil),     // 39: sandstep.provider.v1.GetSnapshotRequest
-	(*GetSnapshotResponse)(nil),    // 40: sandstep.provider.v1.GetSnapshotResponse
-	(*DeleteSnapshotRequest)(nil),  // 41: sandstep.provider.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil), // 42: sandstep.provider.v1.DeleteSnapshotResponse
-	(*CreateVolumeRequest)(nil),    // 43: sandstep.provider.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 44: sandstep.provider.v1.CreateVolumeResponse
-	(*VolumeSpec)(nil),             // 45: sandstep.provider.v1.VolumeSpec
-	(*Volume)(nil),                 // 46: sandstep.provider.v1.Volume
-	(*GetVolumeRequest)(nil),       // 47: sandstep.provider.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),      // 48: sandstep.provider.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 49: sandstep.provider.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 50: sandstep.provider.v1.DeleteVolumeResponse
-	(*ListVolumesRequest)(nil),     // 51: sandstep.provider.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 52: sandstep.provider.v1.ListVolumesResponse
-	(*Error)(nil),                  // 53: sandstep.provider.v1.Error
-	nil,                            // 54: sandstep.provider.v1.ConfigureRequest.SecretsEntry
-	nil,                            // 55: sandstep.provider.v1.CreateSpec.LabelsEntry
-	nil,                            // 56: sandstep.provider.v1.CreateSpec.EnvEntry
-	nil,                            // 57: sandstep.provider.v1.Sandbox.LabelsEntry
-	nil,                            // 58: sandstep.provider.v1.ListRequest.LabelsEntry
-	nil,                            // 59: sandstep.provider.v1.ExecStart.EnvEntry
-	nil,                            // 60: sandstep.provider.v1.SnapshotSpec.EnvEntry
-	nil,                            // 61: sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	nil,                            // 62: sandstep.provider.v1.Snapshot.LabelsEntry
-	nil,                            // 63: sandstep.provider.v1.VolumeSpec.LabelsEntry
-	nil,                            // 64: sandstep.provider.v1.Volume.LabelsEntry
-	nil,                            // 65: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 66: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 67: google.protobuf.Timestamp
+	(*NetworkUsage)(nil),           // 16: sandstep.provider.v1.NetworkUsage
+	(*GetRequest)(nil),             // 17: sandstep.provider.v1.GetRequest
+	(*GetResponse)(nil),            // 18: sandstep.provider.v1.GetResponse
+	(*ListRequest)(nil),            // 19: sandstep.provider.v1.ListRequest
+	(*ListResponse)(nil),           // 20: sandstep.provider.v1.ListResponse
+	(*TerminateRequest)(nil),       // 21: sandstep.provider.v1.TerminateRequest
+	(*TerminateResponse)(nil),      // 22: sandstep.provider.v1.TerminateResponse
+	(*ExecRequest)(nil),            // 23: sandstep.provider.v1.ExecRequest
+	(*ExecStart)(nil),              // 24: sandstep.provider.v1.ExecStart
+	(*CloseStdin)(nil),             // 25: sandstep.provider.v1.CloseStdin
+	(*ExecResponse)(nil),           // 26: sandstep.provider.v1.ExecResponse
+	(*ExecExit)(nil),               // 27: sandstep.provider.v1.ExecExit
+	(*WriteFileRequest)(nil),       // 28: sandstep.provider.v1.WriteFileRequest
+	(*WriteFileHeader)(nil),        // 29: sandstep.provider.v1.WriteFileHeader
+	(*WriteFileResponse)(nil),      // 30: sandstep.provider.v1.WriteFileResponse
+	(*ReadFileRequest)(nil),        // 31: sandstep.provider.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),       // 32: sandstep.provider.v1.ReadFileResponse
+	(*ListFilesRequest)(nil),       // 33: sandstep.provider.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 34: sandstep.provider.v1.ListFilesResponse
+	(*FileInfo)(nil),               // 35: sandstep.provider.v1.FileInfo
+	(*EnsureSnapshotRequest)(nil),  // 36: sandstep.provider.v1.EnsureSnapshotRequest
+	(*EnsureSnapshotResponse)(nil), // 37: sandstep.provider.v1.EnsureSnapshotResponse
+	(*SnapshotSpec)(nil),           // 38: sandstep.provider.v1.SnapshotSpec
+	(*Snapshot)(nil),               // 39: sandstep.provider.v1.Snapshot
+	(*GetSnapshotRequest)(nil),     // 40: sandstep.provider.v1.GetSnapshotRequest
+	(*GetSnapshotResponse)(nil),    // 41: sandstep.provider.v1.GetSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),  // 42: sandstep.provider.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 43: sandstep.provider.v1.DeleteSnapshotResponse
+	(*CreateVolumeRequest)(nil),    // 44: sandstep.provider.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),   // 45: sandstep.provider.v1.CreateVolumeResponse
+	(*VolumeSpec)(nil),             // 46: sandstep.provider.v1.VolumeSpec
+	(*Volume)(nil),                 // 47: sandstep.provider.v1.Volume
+	(*GetVolumeRequest)(nil),       // 48: sandstep.provider.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),      // 49: sandstep.provider.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 50: sandstep.provider.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 51: sandstep.provider.v1.DeleteVolumeResponse
+	(*ListVolumesRequest)(nil),     // 52: sandstep.provider.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 53: sandstep.provider.v1.ListVolumesResponse
+	(*Error)(nil),                  // 54: sandstep.provider.v1.Error
+	nil,                            // 55: sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	nil,                            // 56: sandstep.provider.v1.CreateSpec.LabelsEntry
+	nil,                            // 57: sandstep.provider.v1.CreateSpec.EnvEntry
+	nil,                            // 58: sandstep.provider.v1.Sandbox.LabelsEntry
+	nil,                            // 59: sandstep.provider.v1.ListRequest.LabelsEntry
+	nil,                            // 60: sandstep.provider.v1.ExecStart.EnvEntry
+	nil,                            // 61: sandstep.provider.v1.SnapshotSpec.EnvEntry
+	nil,                            // 62: sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	nil,                            // 63: sandstep.provider.v1.Snapshot.LabelsEntry
+	nil,                            // 64: sandstep.provider.v1.VolumeSpec.LabelsEntry
+	nil,                            // 65: sandstep.provider.v1.Volume.LabelsEntry
+	nil,                            // 66: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 67: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	54, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	55, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
 	3,  // 1: sandstep.provider.v1.ConfigureRequest.defaults:type_name -> sandstep.provider.v1.SandboxDefaults
-	66, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
-	66, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
-	66, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
+	67, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
+	67, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
+	67, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
 	13, // 5: sandstep.provider.v1.SandboxDefaults.network:type_name -> sandstep.provider.v1.NetworkPolicy
 	6,  // 6: sandstep.provider.v1.InfoResponse.capabilities:type_name -> sandstep.provider.v1.Capabilities
-	66, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
+	67, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
 	7,  // 8: sandstep.provider.v1.Capabilities.limits:type_name -> sandstep.provider.v1.Limits
 	10, // 9: sandstep.provider.v1.CreateRequest.spec:type_name -> sandstep.provider.v1.CreateSpec
 	15, // 10: sandstep.provider.v1.CreateResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	55, // 11: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
+	56, // 11: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
 	11, // 12: sandstep.provider.v1.CreateSpec.mounts:type_name -> sandstep.provider.v1.Mount
-	56, // 13: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
+	57, // 13: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
 	12, // 14: sandstep.provider.v1.CreateSpec.secrets:type_name -> sandstep.provider.v1.Secret
 	13, // 15: sandstep.provider.v1.CreateSpec.network:type_name -> sandstep.provider.v1.NetworkPolicy
-	66, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
-	66, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
+	67, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
+	67, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
 	14, // 18: sandstep.provider.v1.CreateSpec.resources:type_name -> sandstep.provider.v1.Resources
-	57, // 19: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
+	58, // 19: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
 	11, // 20: sandstep.provider.v1.Sandbox.mounts:type_name -> sandstep.provider.v1.Mount
-	67, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	67, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 23: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	58, // 24: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
-	15, // 25: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
-	23, // 26: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
-	24, // 27: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
-	59, // 28: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
-	66, // 29: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	26, // 30: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
-	66, // 31: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	28, // 32: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
-	34, // 33: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
-	67, // 34: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	37, // 35: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
-	38, // 36: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	60, // 37: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
-	61, // 38: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	66, // 39: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
-	62, // 40: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
-	67, // 41: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	38, // 42: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	45, // 43: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
-	46, // 44: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	63, // 45: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
-	64, // 46: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
-	67, // 47: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	46, // 48: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	65, // 49: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	46, // 50: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
-	0,  // 51: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
-	1,  // 52: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
-	4,  // 53: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
-	8,  // 54: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
-	16, // 55: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
-	18, // 56: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
-	20, // 57: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
-	22, // 58: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
-	27, // 59: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
-	30, // 60: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
-	32, // 61: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
-	35, // 62: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
-	39, // 63: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
-	41, // 64: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
-	43, // 65: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
-	47, // 66: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
-	49, // 67: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
-	51, // 68: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
-	2,  // 69: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
-	5,  // 70: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
-	9,  // 71: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
-	17, // 72: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
-	19, // 73: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
-	21, // 74: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
-	25, // 75: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
-	29, // 76: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
-	31, // 77: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
-	33, // 78: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
-	36, // 79: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
-	40, // 80: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
-	42, // 81: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
-	44, // 82: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
-	48, // 83: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
-	50, // 84: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
-	52, // 85: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
-	69, // [69:86] is the sub-list for method output_type
-	52, // [52:69] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	68, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	68, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	16, // 23: sandstep.provider.v1.Sandbox.network:type_name -> sandstep.provider.v1.NetworkUsage
+	15, // 24: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
+	59, // 25: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
+	15, // 26: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
+	24, // 27: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
+	25, // 28: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
+	60, // 29: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
+	67, // 30: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	27, // 31: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
+	67, // 32: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	29, // 33: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
+	35, // 34: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
+	68, // 35: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	38, // 36: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
+	39, // 37: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	61, // 38: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
+	62, // 39: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	67, // 40: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
+	63, // 41: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
+	68, // 42: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	39, // 43: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	46, // 44: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
+	47, // 45: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	64, // 46: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
+	65, // 47: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
+	68, // 48: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	47, // 49: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	66, // 50: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	47, // 51: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
+	0,  // 52: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
+	1,  // 53: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
+	4,  // 54: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
+	8,  // 55: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
+	17, // 56: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
+	19, // 57: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
+	21, // 58: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
+	23, // 59: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
+	28, // 60: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
+	31, // 61: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
+	33, // 62: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
+	36, // 63: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
+	40, // 64: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
+	42, // 65: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
+	44, // 66: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
+	48, // 67: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
+	50, // 68: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
+	52, // 69: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
+	2,  // 70: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
+	5,  // 71: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
+	9,  // 72: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
+	18, // 73: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
+	20, // 74: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
+	22, // 75: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
+	26, // 76: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
+	30, // 77: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
+	32, // 78: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
+	34, // 79: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
+	37, // 80: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
+	41, // 81: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
+	43, // 82: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
+	45, // 83: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
+	49, // 84: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
+	51, // 85: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
+	53, // 86: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
+	70, // [70:87] is the sub-list for method output_type
+	53, // [53:70] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -3876,17 +4019,17 @@ func file_provider_proto_init() {
 	if File_provider_proto != nil {
 		return
 	}
-	file_provider_proto_msgTypes[21].OneofWrappers = []any{
+	file_provider_proto_msgTypes[22].OneofWrappers = []any{
 		(*ExecRequest_Start)(nil),
 		(*ExecRequest_Stdin)(nil),
 		(*ExecRequest_CloseStdin)(nil),
 	}
-	file_provider_proto_msgTypes[24].OneofWrappers = []any{
+	file_provider_proto_msgTypes[25].OneofWrappers = []any{
 		(*ExecResponse_Stdout)(nil),
 		(*ExecResponse_Stderr)(nil),
 		(*ExecResponse_Exit)(nil),
 	}
-	file_provider_proto_msgTypes[26].OneofWrappers = []any{
+	file_provider_proto_msgTypes[27].OneofWrappers = []any{
 		(*WriteFileRequest_Header)(nil),
 		(*WriteFileRequest_Data)(nil),
 	}
@@ -3896,7 +4039,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -71,6 +71,14 @@ type Input struct {
 	Render      string   `json:"render,omitempty"`
 	BrowserPath string   `json:"browser_path,omitempty"`
 	UserAgent   string   `json:"user_agent,omitempty"`
+	// AllowPrivate lists the never-public addresses the crawl may fetch
+	// all the same ([sandbox] allow_private: "IP", "IP:port", "CIDR" or
+	// "CIDR:port"). Everything else on loopback, link-local (the metadata
+	// service), private ranges and this machine's own addresses is
+	// skipped with reason "policy", seeds and redirects alike. Where the
+	// sandbox leaves through a policy proxy (SANDSTEP_EGRESS_PROXY), the
+	// proxy decides with the same rules and this is not used.
+	AllowPrivate []string `json:"allow_private,omitempty"`
 }
 
 // DefaultUserAgent names the crawler after a browser prefix, because many
@@ -125,6 +133,7 @@ func (in Input) WithDefaults() (Input, error) {
 	default:
 		return Input{}, fmt.Errorf("%w: render is %q, want auto, always or never", ErrInput, in.Render)
 	}
+
 	if in.UserAgent == "" {
 		in.UserAgent = DefaultUserAgent
 	}
@@ -161,6 +170,9 @@ type Skipped struct {
 	URL     string `json:"url"`
 	Reason  string `json:"reason"`
 	Message string `json:"message,omitempty"`
+	// Address is the address the network policy refused (Reason
+	// ReasonPolicy), such as "127.0.0.1:8080".
+	Address string `json:"address,omitempty"`
 }
 
 // Why a crawl stopped.

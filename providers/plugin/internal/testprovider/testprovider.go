@@ -139,16 +139,17 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 		Version:    "0.0.0-test",
 		APIVersion: providers.APIVersion,
 		Capabilities: providers.Capabilities{
-			Snapshots:      true,
-			Volumes:        true,
-			NamedSandboxes: true,
-			ListByLabels:   true,
-			ExecStreaming:  true,
-			FileAPI:        true,
-			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
-			MaxLifetime:    time.Hour,
-			Regions:        []string{"local"},
-			Limits:         providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory}},
+			Snapshots:         true,
+			Volumes:           true,
+			NamedSandboxes:    true,
+			ListByLabels:      true,
+			ExecStreaming:     true,
+			FileAPI:           true,
+			HostScopedSecrets: true,
+			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
+			MaxLifetime:       time.Hour,
+			Regions:           []string{"local"},
+			Limits:            providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory}},
 		},
 	}, nil
 }
@@ -188,6 +189,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		Snapshot:  spec.Snapshot,
 		Mounts:    slices.Clone(spec.Mounts),
 		CreatedAt: now,
+		// No network here: the usage echoes the defaults' allow_private
+		// and the spec's secrets, so that a round trip sees both arrive.
+		Network: providers.NetworkUsage{Hosts: slices.Clone(p.defaults.AllowPrivate), Denied: int64(len(spec.Secrets)), BytesOut: 1 << 40},
 	}
 	if lifetime > 0 {
 		info.ExpiresAt = now.Add(lifetime)
