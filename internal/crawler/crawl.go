@@ -364,6 +364,10 @@ func (v *visitor) visit(ctx context.Context, i int, t task) outcome {
 		o.skip, o.blocked = skip(spec.ReasonPolicy, "%v", d), d
 		return o
 	}
+	if w, ok := proxyFailure(resp.Status, resp.Header, resp.Body); ok {
+		o.skip = w
+		return o
+	}
 	final := resp.FinalURL.String()
 	if n, err := Normalize(final); err == nil {
 		final = n

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/sandstep/sandstep/internal/crawler/spec"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
 )
@@ -88,6 +89,24 @@ func deniedResponse(res *http.Response) (*egress.Denied, bool) {
 		return nil, false
 	}
 	return egress.ParseDenied(res.Header.Get(egress.DeniedHeader))
+}
+
+// proxyFailure reads an answer of the egress proxy itself that says it
+// could not reach the host: that is the page failing to load, not a 502 or
+// 504 the site sent.
+func proxyFailure(status int, h http.Header, body []byte) (why, bool) {
+	kind := h.Get(egress.FailedHeader)
+	if kind == "" || status != http.StatusBadGateway && status != http.StatusGatewayTimeout {
+		return why{}, false
+	}
+	msg := strings.TrimSpace(strings.TrimPrefix(string(body), "sandstep egress proxy: "))
+	if len(msg) > 300 {
+		msg = msg[:300]
+	}
+	if kind == egress.FailedTimeout {
+		return skip(spec.ReasonTimeout, "no answer in time: %s", msg), true
+	}
+	return skip(spec.ReasonFetchError, "%s", msg), true
 }
 
 // browserProxy returns the proxy the browser must use: the provider's, or

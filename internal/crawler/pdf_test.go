@@ -18,7 +18,7 @@ func TestPDFSourceIsRead(t *testing.T) {
 	requirePDFToText(t)
 	site := fixturesite.Start(t, fixturesite.Options{})
 	alpha := site.Hosts[0]
-	out, lines := run(t, t.Context(), Input{Sources: []Source{{N: 4, URL: alpha.Page(fixturesite.PathPaper), Title: "search title"}}})
+	out, lines := run(t, t.Context(), Input{Sources: []Source{{N: 4, URL: alpha.Page(fixturesite.PathPaper), Title: "search title"}}, AllowPrivate: site.AllowPrivate()})
 	if len(out.Pages) != 1 {
 		t.Fatalf("pages %+v, skipped %+v", out.Pages, out.Skipped)
 	}
@@ -43,7 +43,8 @@ func TestPDFKeepsTheCharacterCap(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{})
 	out, _ := run(t, t.Context(), Input{
 		Sources: []Source{{N: 1, URL: site.Hosts[0].Page(fixturesite.PathPaper)}},
-		Limits:  Limits{MaxCharsPerSource: 100},
+		Limits:       Limits{MaxCharsPerSource: 100},
+		AllowPrivate: site.AllowPrivate(),
 	})
 	if len(out.Pages) != 1 || !out.Pages[0].Truncated || len([]rune(out.Pages[0].Content)) > 100 || out.Pages[0].Pages != 3 {
 		t.Fatalf("pages %+v", out.Pages)
@@ -54,7 +55,7 @@ func TestPDFTooLargeIsUnreadable(t *testing.T) {
 	requirePDFToText(t)
 	site := fixturesite.Start(t, fixturesite.Options{})
 	u := site.Hosts[0].Page(fixturesite.PathPaper)
-	out, _ := run(t, t.Context(), Input{Sources: []Source{{N: 1, URL: u}}, Limits: Limits{MaxPDFBytes: 200}})
+	out, _ := run(t, t.Context(), Input{Sources: []Source{{N: 1, URL: u}}, Limits: Limits{MaxPDFBytes: 200}, AllowPrivate: site.AllowPrivate()})
 	if s, _ := skipOf(out, u); s.Reason != spec.ReasonUnreadable || !strings.Contains(s.Message, "max_pdf_bytes") {
 		t.Fatalf("skipped %+v, pages %+v", out.Skipped, out.Pages)
 	}
@@ -66,7 +67,7 @@ func TestPDFWithoutExtractor(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	site := fixturesite.Start(t, fixturesite.Options{})
 	u := site.Hosts[0].Page(fixturesite.PathPaper)
-	out, lines := run(t, t.Context(), Input{Sources: []Source{{N: 1, URL: u}}})
+	out, lines := run(t, t.Context(), Input{Sources: []Source{{N: 1, URL: u}}, AllowPrivate: site.AllowPrivate()})
 	s, _ := skipOf(out, u)
 	if s.Reason != spec.ReasonUnreadable || !strings.Contains(s.Message, "pdftotext") || len(out.Pages) != 0 {
 		t.Fatalf("skipped %+v, pages %+v", out.Skipped, out.Pages)

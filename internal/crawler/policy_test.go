@@ -171,3 +171,22 @@ document.getElementById("t").innerText = "The script wrote this paragraph, which
 		})
 	}
 }
+
+// TestProxyFailureIsAFetchError: when the egress proxy cannot reach an
+// allowed address it answers 502 itself; the crawler reports that as the
+// page failing to load, with the proxy's reason, not as a status the site
+// sent.
+func TestProxyFailureIsAFetchError(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	policyProxy(t, nil, []string{closed})
+	u := "http://" + closed + "/gone"
+	out, _ := run(t, t.Context(), Input{Sources: []Source{{N: 1, URL: u}}, AllowPrivate: []string{closed}})
+	if len(out.Skipped) != 1 || out.Skipped[0].Reason != ReasonFetchError || !strings.Contains(out.Skipped[0].Message, "refused") {
+		t.Fatalf("skipped %+v, want one %s saying the connection was refused", out.Skipped, ReasonFetchError)
+	}
+}

@@ -38,4 +38,5 @@ const (
 	StoppedPages     = spec.StoppedPages
 	StoppedSignal    = spec.StoppedSignal
 	ReasonPolicy     = spec.ReasonPolicy
+	ReasonFetchError = spec.ReasonFetchError
 )

@@ -148,7 +148,7 @@ func TestCitationCheckEndToEnd(t *testing.T) {
 	seeds := []string{study, paper, challenge, loop, binary}
 	model := newCitingModel(t, study, paper)
 	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"m\"]\n", model.srv.URL)
-	s := newStackWith(t, stackOpts{config: cfg})
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 
 	for _, tc := range []struct {
 		name, query string

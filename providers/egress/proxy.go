@@ -213,13 +213,26 @@ func (s *Session) fail(w http.ResponseWriter, host string, err error) {
 		return
 	}
 	s.log.Debug("egress failed", "host", host, "err", err)
-	status := http.StatusBadGateway
+	status, kind := http.StatusBadGateway, FailedConnect
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
-		status = http.StatusGatewayTimeout
+		status, kind = http.StatusGatewayTimeout, FailedTimeout
 	}
+	// The header tells the proxy's own failure from a 502 or 504 that the
+	// server sent: the crawler reports the one as an unreachable page, the
+	// other as the page's status.
+	w.Header().Set(FailedHeader, kind)
 	http.Error(w, fmt.Sprintf("sandstep egress proxy: %s: %v", host, err), status)
 }
+
+// FailedHeader marks an answer of the proxy itself when it could not reach
+// the host (FailedConnect) or the host did not answer in time
+// (FailedTimeout); the body says why.
+const (
+	FailedHeader  = "X-Sandstep-Egress-Failed"
+	FailedConnect = "connect"
+	FailedTimeout = "timeout"
+)
 
 // hostPort splits an authority, filling the scheme's default port.
 func hostPort(authority, scheme string) (string, uint16) {
