@@ -42,7 +42,7 @@ func TestPDFKeepsTheCharacterCap(t *testing.T) {
 	requirePDFToText(t)
 	site := fixturesite.Start(t, fixturesite.Options{})
 	out, _ := run(t, t.Context(), Input{
-		Sources: []Source{{N: 1, URL: site.Hosts[0].Page(fixturesite.PathPaper)}},
+		Sources:      []Source{{N: 1, URL: site.Hosts[0].Page(fixturesite.PathPaper)}},
 		Limits:       Limits{MaxCharsPerSource: 100},
 		AllowPrivate: site.AllowPrivate(),
 	})
