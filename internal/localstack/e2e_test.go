@@ -21,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/asl"
 	"github.com/sandstep/sandstep/internal/ddblocal"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testbin"
@@ -54,6 +55,10 @@ func run(m *testing.M) int {
 	}
 	return ddblocal.RunTests(m)
 }
+
+// devKey is the store key (and execution and sandbox name) of a job of
+// the tenant "dev", whose token the tests use.
+func devKey(id string) string { return ids.JobKey("dev", id) }
 
 const (
 	token    = "e2e-token"
@@ -210,7 +215,7 @@ func (s *stack) wait(t testing.TB, jobID string) map[string]any {
 		switch job["status"] {
 		case "succeeded", "failed", "cancelled":
 			// The engine's status-change cleanup may still be running.
-			if x, ok := s.Engine.Execution(jobID); ok {
+			if x, ok := s.Engine.Execution(devKey(jobID)); ok {
 				select {
 				case <-x.Done():
 				case <-time.After(time.Minute):
@@ -266,7 +271,7 @@ func (s *stack) events(t testing.TB, jobID string) []map[string]any {
 }
 
 func (s *stack) statesEntered(jobID string) []string {
-	x, _ := s.Engine.Execution(jobID)
+	x, _ := s.Engine.Execution(devKey(jobID))
 	var names []string
 	for _, ev := range x.History() {
 		if strings.HasSuffix(string(ev.Type), "StateEntered") {
@@ -307,7 +312,7 @@ func TestJobRunsEveryStateAndCleansUp(t *testing.T) {
 	if code != 200 || !strings.Contains(fmt.Sprint(rep["markdown"]), "[2]") {
 		t.Errorf("report: %d %v", code, rep)
 	}
-	entries, err := s.st.LedgerListByOwner(context.Background(), "job:job-ok")
+	entries, err := s.st.LedgerListByOwner(context.Background(), "job:"+devKey("job-ok"))
 	if err != nil || len(entries) != 1 || entries[0].State != store.LedgerTerminated {
 		t.Errorf("ledger for the job: %+v, %v", entries, err)
 	}
@@ -452,7 +457,7 @@ func TestRetriedPhasesDoNoDoubleWork(t *testing.T) {
 	if job["status"] != "succeeded" {
 		t.Fatalf("status %v error %v", job["status"], job["error"])
 	}
-	entries, err := s.st.LedgerListByOwner(context.Background(), "job:job-retry")
+	entries, err := s.st.LedgerListByOwner(context.Background(), "job:"+devKey("job-retry"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("want one sandbox for the job, ledger has %d (%v)", len(entries), err)
 	}
@@ -465,7 +470,7 @@ func TestRetriedPhasesDoNoDoubleWork(t *testing.T) {
 			t.Errorf("event %q recorded %d times", k, n)
 		}
 	}
-	x, _ := s.Engine.Execution("job-retry")
+	x, _ := s.Engine.Execution(devKey("job-retry"))
 	retries := 0
 	for _, ev := range x.History() {
 		if ev.Type == asl.EventStateRetryScheduled {
