@@ -16,7 +16,7 @@ import (
 // newSessionsEnv serves the API with a sessions service of the given
 // [sessions] table. It has no sandbox provider: these tests cover what the
 // API decides before code runs (the sessions package runs code).
-func newSessionsEnv(t *testing.T, table string, adjust ...func(*api.Options)) *testEnv {
+func newSessionsEnv(t testing.TB, table string, adjust ...func(*api.Options)) *testEnv {
 	t.Helper()
 	dbenv := ddblocal.ForTests(t)
 	st := store.NewLocal(dbenv.Endpoint, dbenv.Prefix)
