@@ -25,6 +25,21 @@ func FuzzSubmit(f *testing.F) {
 		rec := httptest.NewRecorder()
 		e.handler.ServeHTTP(rec, req)
 		m := apitest.CheckAnswer(t, rec, "POST /v1/jobs")
+		if rec.Code >= 400 {
+			// A field named is one of the request's, or a key the client
+			// sent, as it sent it.
+			var answer struct {
+				Error struct{ Field string } `json:"error"`
+			}
+			_ = json.Unmarshal(rec.Body.Bytes(), &answer)
+			var sent map[string]json.RawMessage
+			_ = json.Unmarshal(body, &sent)
+			if f := answer.Error.Field; f != "" && !submitFields[f] {
+				if _, ok := sent[f]; !ok {
+					t.Fatalf("error names field %q, which the body %q does not have", f, body)
+				}
+			}
+		}
 		if rec.Code == http.StatusAccepted || rec.Code == http.StatusOK {
 			var sent struct {
 				JobID *string `json:"job_id"`
@@ -36,6 +51,8 @@ func FuzzSubmit(f *testing.F) {
 		}
 	})
 }
+
+var submitFields = map[string]bool{"query": true, "mode": true, "optimization": true, "seed_urls": true, "job_id": true}
 
 // queryRoutes are the routes whose path and query parameters are fuzzed.
 var queryRoutes = []string{

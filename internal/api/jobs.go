@@ -196,7 +196,12 @@ func decodeError(err error) *Error {
 		return invalid(field, "%s must be %s, not %s", field, jsonType(field), jsonValue(typ.Value))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		field := strings.Trim(name, `"`)
+		// encoding/json quotes the name with %q; the field is the name
+		// as sent.
+		field, uerr := strconv.Unquote(name)
+		if uerr != nil {
+			field = strings.Trim(name, `"`)
+		}
 		return invalid(field, "unknown field %q", field)
 	}
 	return invalid("", "the request body cannot be read: %v", err)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,9 +46,16 @@ func CheckAnswer(t testing.TB, rec *httptest.ResponseRecorder, what string) map[
 	if e.Code == "" || e.Message == "" {
 		t.Fatalf("%s: error without code or message: %q", what, body)
 	}
-	// "session_id" is "the session id" in a sentence.
-	if f := e.Field; f != nil && (*f == "" || !strings.Contains(e.Message, *f) && !strings.Contains(e.Message, strings.ReplaceAll(*f, "_", " "))) {
+	if f := e.Field; f != nil && !mentions(e.Message, *f) {
 		t.Fatalf("%s: field %q is not what the message %q is about", what, *f, e.Message)
 	}
 	return nil
+}
+
+// mentions reports whether a message names field: as it is, quoted (an
+// unknown field sent by the client), or in words ("session_id" is "the
+// session id" in a sentence).
+func mentions(msg, field string) bool {
+	return field != "" && (strings.Contains(msg, field) || strings.Contains(msg, strconv.Quote(field)) ||
+		strings.Contains(msg, strings.ReplaceAll(field, "_", " ")))
 }
