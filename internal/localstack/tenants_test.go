@@ -27,7 +27,7 @@ func globexConfig() string {
 	return fmt.Sprintf("[[auth.tokens]]\ntenant = \"globex\"\nsha256 = %q\n", hex.EncodeToString(sum[:]))
 }
 
-// doAs is stack.do with another tenant's token.
+// doAs sends a request with tok and reads the JSON answer.
 func (s *stack) doAs(t testing.TB, tok, method, path string, body any) (int, map[string]any) {
 	t.Helper()
 	var rd io.Reader
