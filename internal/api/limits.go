@@ -64,9 +64,6 @@ func limits(sc config.ServerConfig) config.ServerConfig {
 	return sc
 }
 
-// CodeRequestTimeout: the request's body did not arrive in time.
-const CodeRequestTimeout = "request_timeout"
-
 // guardBody bounds the request body of a route before any handler runs: a
 // declared length over the route's limit is refused unread, a body that
 // turns out longer stops at the limit (413), and reading it has a deadline
