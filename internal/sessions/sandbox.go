@@ -362,7 +362,9 @@ func (s *Service) terminateStrays(ctx context.Context, sess store.Session) {
 		s.closeEntry(ctx, e.Name, "create never confirmed")
 	}
 	caps, err := s.capabilities(ctx)
-	if err != nil || !caps.ListByLabels {
+	// A record from before sessions kept their client's id has no labels
+	// to look for; its sandboxes are in the ledger.
+	if err != nil || !caps.ListByLabels || sess.ClientID == "" {
 		return
 	}
 	list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{
