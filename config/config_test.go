@@ -132,7 +132,7 @@ data_dir = ".sandstep
 // cut by "\r\n"; the line comes from where the error starts.
 func TestSyntaxErrorLineWithCRLF(t *testing.T) {
 	for src, want := range map[string]int{
-		"\"\r\n": 1,
+		"\"\r\n":                           1,
 		"[server]\r\naddr = \"x\r\n\"\r\n": 2,
 		"[server]\r\n\r\ndata_dir = \".sandstep\r\n": 3,
 	} {
