@@ -14,7 +14,7 @@ TESTFLAGS ?= -race -timeout 20m
 
 include lambda.mk
 
-.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench run clean
+.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench fuzz run clean
 
 build: cli plugins sandbox-tools
 
@@ -54,6 +54,19 @@ asl:
 	@for f in statemachine/*.asl.json; do node_modules/.bin/asl-validator --json-path $$f || exit 1; done
 
 test: deps vet asl build unit
+
+# Every fuzz target (func Fuzz* in a _test.go file) for FUZZTIME each; a
+# crasher is written to the target's testdata/fuzz/ folder, where plain
+# `go test` (and so CI) runs it from then on. FUZZ=FuzzName (a regexp) picks targets.
+FUZZTIME ?= 30s
+FUZZ     ?= Fuzz.*
+fuzz: deps
+	@set -e; for f in $$(grep -rl --include='*_test.go' --exclude-dir=node_modules '^func Fuzz' .); do \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f | grep -Ex '$(FUZZ)'); do \
+	    echo "fuzz $$(dirname $$f) $$t for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$(dirname $$f) || exit 1; \
+	  done; \
+	done
 
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BIN)/bench.txt

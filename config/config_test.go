@@ -128,6 +128,21 @@ data_dir = ".sandstep
 	}
 }
 
+// Windows line endings: the parser's own count is one short for a string
+// cut by "\r\n"; the line comes from where the error starts.
+func TestSyntaxErrorLineWithCRLF(t *testing.T) {
+	for src, want := range map[string]int{
+		"\"\r\n":                           1,
+		"[server]\r\naddr = \"x\r\n\"\r\n": 2,
+		"[server]\r\n\r\ndata_dir = \".sandstep\r\n": 3,
+	} {
+		ps := problems(t, src)
+		if len(ps) != 1 || ps[0].Line != want || !strings.Contains(ps[0].Message, "syntax error") {
+			t.Errorf("%q: got %v, want a syntax error on line %d", src, ps, want)
+		}
+	}
+}
+
 func TestWrongTypeMessages(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"[server]\naddr = 8080\n", `config.toml:2: server.addr: must be a string, not an integer`},

@@ -30,7 +30,11 @@ func parse(data []byte, r *report) map[string]any {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			r.addAt(pe.Position.Line, "", "syntax error: %s", pe.Message)
+			// The line is counted from where the error starts: the
+			// parser's own line count misses a line ending in "\r\n" in
+			// some errors (and says line 0 for the first).
+			start := min(max(pe.Position.Start, 0), len(src))
+			r.addAt(1+strings.Count(src[:start], "\n"), "", "syntax error: %s", pe.Message)
 		} else {
 			r.addAt(0, "", "%v", err)
 		}

@@ -51,24 +51,40 @@ func resolve(dir, p string) string {
 	return filepath.Join(dir, p)
 }
 
-// ServerConfig is [server]: the local HTTP server and where local state lives.
+// ServerConfig is [server]: the local HTTP server, where local state lives,
+// and the bounds of every request (which the API Lambda applies too).
 type ServerConfig struct {
 	Addr    string `toml:"addr"`
 	DataDir string `toml:"data_dir"`
 	// AllowNonLoopback lets Addr be something other than a loopback
 	// address: the API is then reachable from other machines.
 	AllowNonLoopback bool `toml:"allow_non_loopback"`
+
+	// The bounds of a request, checked in server.go: a client that sends
+	// slowly, or too much, or keeps a connection idle, is cut off.
+	ReadHeaderTimeout Duration `toml:"read_header_timeout"`
+	ReadBodyTimeout   Duration `toml:"read_body_timeout"`
+	WriteTimeout      Duration `toml:"write_timeout"`
+	IdleTimeout       Duration `toml:"idle_timeout"`
+	MaxHeaderBytes    int      `toml:"max_header_bytes"`
+	MaxBodyBytes      int      `toml:"max_body_bytes"`
+	MaxRunBodyBytes   int      `toml:"max_run_body_bytes"`
+	// Server-Sent Events streams are exempt from the read and write
+	// timeouts; they send a comment every StreamHeartbeat and end after
+	// StreamMaxDuration, and the client reconnects with Last-Event-ID.
+	StreamHeartbeat   Duration `toml:"stream_heartbeat"`
+	StreamMaxDuration Duration `toml:"stream_max_duration"`
 }
 
 func (s *ServerConfig) setDefaults() {
-	s.Addr = "127.0.0.1:8080"
-	s.DataDir = ".sandstep"
+	*s = DefaultServer()
 }
 
 func (s *ServerConfig) check(c *Config, r *report) {
 	if err := CheckListenAddr(s.Addr, s.AllowNonLoopback); err != nil {
 		r.add("server.addr", "server.addr: %v", err)
 	}
+	s.checkLimits(c, r)
 	if s.DataDir == "" {
 		r.add("server.data_dir", "server.data_dir: must not be empty")
 		return

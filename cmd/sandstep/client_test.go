@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/ddblocal"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testlog"
 )
@@ -208,6 +209,9 @@ func wantCode(t *testing.T, r result, code int) {
 	}
 }
 
+// acmeKey is the store key of the tenant acme's job id.
+func acmeKey(id string) string { return ids.JobKey("acme", id) }
+
 // appendEvents adds progress events numbered from..to, as the phases do.
 func (e *testEnv) appendEvents(jobID string, from, to int) {
 	e.t.Helper()
@@ -216,7 +220,7 @@ func (e *testEnv) appendEvents(jobID string, from, to int) {
 		evs = append(evs, store.Event{Type: "progress", Data: json.RawMessage(fmt.Sprintf(
 			`{"stage":"crawl","status":"running","message":"page %d\nof the site","current":%d,"total":%d}`, i, i, to))})
 	}
-	if _, err := e.store.AppendEvents(testCtx(e.t), jobID, evs); err != nil {
+	if _, err := e.store.AppendEvents(testCtx(e.t), acmeKey(jobID), evs); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -227,7 +231,7 @@ func (e *testEnv) setStatus(jobID string, to store.Status, errMsg string) {
 	if errMsg != "" {
 		u.Error = &errMsg
 	}
-	if _, err := e.store.UpdateJob(testCtx(e.t), jobID, u); err != nil {
+	if _, err := e.store.UpdateJob(testCtx(e.t), acmeKey(jobID), u); err != nil {
 		e.t.Fatal(err)
 	}
 }
@@ -268,7 +272,7 @@ func TestSubmitStatusCancel(t *testing.T) {
 		"--mode", "max", "--optimization", "quality")
 	wantCode(t, r, 0)
 	id := strings.TrimSpace(r.stdout)
-	job, err := e.store.GetJob(ctx, id)
+	job, err := e.store.GetJob(ctx, acmeKey(id))
 	if err != nil {
 		t.Fatalf("submit printed %q; job: %v", r.stdout, err)
 	}
@@ -285,11 +289,11 @@ func TestSubmitStatusCancel(t *testing.T) {
 		t.Fatalf("resubmit: %+v", r)
 	}
 
-	if _, err := e.store.SetStep(ctx, "cli-1", store.Step{ID: store.StepCrawl, State: store.StepRunning, Current: 3, Total: 22}); err != nil {
+	if _, err := e.store.SetStep(ctx, acmeKey("cli-1"), store.Step{ID: store.StepCrawl, State: store.StepRunning, Current: 3, Total: 22}); err != nil {
 		t.Fatal(err)
 	}
 	phase := "crawl"
-	if _, err := e.store.UpdateJob(ctx, "cli-1", store.JobUpdate{Status: store.StatusRunning, Phase: &phase, AddFallbacks: []string{"snippets"}}); err != nil {
+	if _, err := e.store.UpdateJob(ctx, acmeKey("cli-1"), store.JobUpdate{Status: store.StatusRunning, Phase: &phase, AddFallbacks: []string{"snippets"}}); err != nil {
 		t.Fatal(err)
 	}
 	r = e.run("status", "cli-1")
@@ -318,7 +322,7 @@ func TestSubmitStatusCancel(t *testing.T) {
 	if !strings.Contains(r.stdout, "cancel requested: job cli-1 (running)") {
 		t.Fatalf("cancel: %+v", r)
 	}
-	if got := e.exec.cancelled(); len(got) != 1 || got[0] != "cli-1" {
+	if got := e.exec.cancelled(); len(got) != 1 || got[0] != acmeKey("cli-1") {
 		t.Fatalf("executor cancels: %v", got)
 	}
 	r = e.run("status", "cli-1")
@@ -454,7 +458,7 @@ func TestReport(t *testing.T) {
 		t.Fatalf("report of a queued job: %q", r.stderr)
 	}
 	md := "# Solar panels\n\nThey work in winter [1].\n\n1. https://example.com/a?x=1&y=2"
-	if err := e.store.PutReport(ctx, "rp-1", md, true); err != nil {
+	if err := e.store.PutReport(ctx, acmeKey("rp-1"), md, true); err != nil {
 		t.Fatal(err)
 	}
 	e.setStatus("rp-1", store.StatusRunning, "")
@@ -486,7 +490,7 @@ func TestReport(t *testing.T) {
 
 	// A job that ended with part of its report gets that part, and a note.
 	wantCode(t, e.run("submit", "q", "--job-id", "rp-2"), 0)
-	if err := e.store.AppendReport(ctx, "rp-2", "# Partial\n", false); err != nil {
+	if err := e.store.AppendReport(ctx, acmeKey("rp-2"), "# Partial\n", false); err != nil {
 		t.Fatal(err)
 	}
 	e.setStatus("rp-2", store.StatusFailed, "boom")
@@ -514,7 +518,7 @@ func TestTokens(t *testing.T) {
 	t.Setenv(envServer, e.url)
 	r = runCLI(ctx, "submit", "q", "--job-id", "dev-1")
 	wantCode(t, r, 0)
-	if job, err := e.store.GetJob(ctx, "dev-1"); err != nil || job.Tenant != "dev" {
+	if job, err := e.store.GetJob(ctx, ids.JobKey("dev", "dev-1")); err != nil || job.Tenant != "dev" {
 		t.Fatalf("job submitted with the dev token: %+v, %v", job, err)
 	}
 	t.Setenv(envToken, testToken)

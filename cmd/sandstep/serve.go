@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/localstack"
 )
 
@@ -111,7 +112,7 @@ func startServer(ctx context.Context, cfgPath, addr, dataDir string, logger *slo
 		ln.Close()
 		return nil, err
 	}
-	s.http = &http.Server{Handler: s.stack.Handler, ReadHeaderTimeout: 10 * time.Second}
+	s.http = api.NewServer(s.stack.Handler, cfg.Server, logger)
 	go func() { s.served <- s.http.Serve(ln) }()
 	s.url = "http://" + ln.Addr().String()
 	return s, nil

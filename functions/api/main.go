@@ -43,6 +43,8 @@ func main() {
 		Sessions: svc,
 		Auth:     auth,
 		Logger:   a.Logger,
+		// The body limits of [server] hold behind API Gateway too.
+		Server: a.Config.Server,
 	})
 	lambda.Start(api.LambdaHandler(h))
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/sessions"
 	"github.com/sandstep/sandstep/internal/store"
@@ -27,15 +28,15 @@ import (
 // Executor runs the deep-research state machine: Step Functions in AWS, the
 // local engine on one machine.
 type Executor interface {
-	// Start begins the deep-research execution for jobID (execution name =
-	// job id); starting an already started execution returns its id without
-	// error.
-	Start(ctx context.Context, jobID string, input []byte) (executionID string, err error)
+	// Start begins the deep-research execution of the job whose key (see
+	// package ids) is jobKey, named after it; starting an already started
+	// execution returns its id without error.
+	Start(ctx context.Context, jobKey string, input []byte) (executionID string, err error)
 	// Cancel is called after a cancel was recorded; it stops the execution
 	// after a grace period unless it ended. It must not hold the request for
 	// that grace period. executionID is "" when the job's execution id was
-	// never recorded; the execution name is the job id.
-	Cancel(ctx context.Context, jobID, executionID string) error
+	// never recorded; the execution name is the job's key.
+	Cancel(ctx context.Context, jobKey, executionID string) error
 }
 
 // ProviderInfo describes the active sandbox provider.
@@ -58,23 +59,19 @@ type Options struct {
 	// Streaming allows Server-Sent Events on the events route. Leave it off
 	// where responses are buffered whole (Lambda behind API Gateway).
 	Streaming bool
+	// Server holds the [server] bounds the handler applies itself: body
+	// sizes and the body-read deadline on every route, the write deadline,
+	// heartbeat and maximum life of a stream (after which the client
+	// reconnects with Last-Event-ID). A zero field takes config's default.
+	Server config.ServerConfig
 	// PollInterval is how often a stream looks for new events (default
-	// 500ms); MaxStream bounds one stream, after which the client reconnects
-	// with Last-Event-ID (default 30m).
-	PollInterval, MaxStream time.Duration
+	// 500ms).
+	PollInterval time.Duration
 	// Now is the clock for generated job ids (default time.Now).
 	Now func() time.Time
-
-	// heartbeat is the interval of keep-alive comments on a stream; tests
-	// shorten it.
-	heartbeat time.Duration
 }
 
-const (
-	defaultPollInterval = 500 * time.Millisecond
-	defaultMaxStream    = 30 * time.Minute
-	defaultHeartbeat    = 15 * time.Second
-)
+const defaultPollInterval = 500 * time.Millisecond
 
 // handler serves one route. An *Error it returns is written as it is; any
 // other error is logged and answered with a 500 that does not show it.
@@ -83,14 +80,20 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c *call) error
 // call is what one request learns along the way, for its log line.
 type call struct {
 	tenant string
-	jobID  string
-	cause  error // logged, never sent
+	jobID  string // the client's
+	jobKey string // the internal key, which the phases log
+	cause  error  // logged, never sent
 }
 
 type route struct {
 	segments []string // "{id}" matches any one segment
 	methods  map[string]handlerFunc
 	public   bool // no token needed
+	// maxBody bounds the request body; bodyKey names its config key, and
+	// bodyField the field a body too large is blamed on, if any.
+	maxBody   int64
+	bodyKey   string
+	bodyField string
 }
 
 type server struct {
@@ -111,12 +114,7 @@ func New(opts Options) http.Handler {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = defaultPollInterval
 	}
-	if opts.MaxStream <= 0 {
-		opts.MaxStream = defaultMaxStream
-	}
-	if opts.heartbeat <= 0 {
-		opts.heartbeat = defaultHeartbeat
-	}
+	opts.Server = limits(opts.Server)
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -131,12 +129,17 @@ func New(opts Options) http.Handler {
 		{segments: []string{"v1", "providers"}, methods: map[string]handlerFunc{http.MethodGet: s.providers}},
 	}
 	s.routes = append(s.routes, s.sessionRoutes()...)
+	for i := range s.routes {
+		if rt := &s.routes[i]; rt.bodyKey == "" {
+			rt.maxBody, rt.bodyKey = int64(opts.Server.MaxBodyBytes), "max_body_bytes"
+		}
+	}
 	return s
 }
 
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, req: r}
 	c := &call{}
 	defer func() {
 		if v := recover(); v != nil {
@@ -148,6 +151,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rec, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"})
 			}
 		}
+		rec.dropUnreadBody()
 		s.logRequest(r, rec, c, time.Since(start))
 	}()
 	if err := s.dispatch(rec, r, c); err != nil {
@@ -168,7 +172,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *server) dispatch(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *server) dispatch(w *recorder, r *http.Request, c *call) error {
 	rt, id, ok := s.match(r.URL.Path)
 	if !ok {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route: " + r.URL.Path}
@@ -190,6 +194,11 @@ func (s *server) dispatch(w http.ResponseWriter, r *http.Request, c *call) error
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		return &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", "))}
+	}
+	// Before authentication: a body too large is refused unread, and the
+	// body of a request without a token is never waited for.
+	if err := s.guardBody(w, r, rt); err != nil {
+		return err
 	}
 	if !rt.public {
 		if err := s.authenticate(w, r, c); err != nil {
@@ -269,6 +278,9 @@ func (s *server) logRequest(r *http.Request, rec *recorder, c *call, d time.Dura
 	if c.jobID != "" {
 		attrs = append(attrs, slog.String("job_id", c.jobID))
 	}
+	if c.jobKey != "" {
+		attrs = append(attrs, slog.String("job_key", c.jobKey))
+	}
 	level := slog.LevelInfo
 	if c.cause != nil {
 		attrs = append(attrs, slog.String("error", c.cause.Error()))
@@ -284,6 +296,8 @@ func (s *server) logRequest(r *http.Request, rec *recorder, c *call, d time.Dura
 // deadlines.
 type recorder struct {
 	http.ResponseWriter
+	req         *http.Request
+	body        *body // nil until the route's guard ran
 	status      int
 	bytes       int64
 	wroteHeader bool
@@ -292,6 +306,12 @@ type recorder struct {
 func (rw *recorder) WriteHeader(code int) {
 	if !rw.wroteHeader {
 		rw.status, rw.wroteHeader = code, true
+		// An answer given before the body was read whole closes the
+		// connection: the server would otherwise wait for the rest of a
+		// body no handler reads, as long as its client cares to send it.
+		if rw.unread() {
+			rw.Header().Set("Connection", "close")
+		}
 	}
 	rw.ResponseWriter.WriteHeader(code)
 }
@@ -306,6 +326,23 @@ func (rw *recorder) Write(b []byte) (int, error) {
 }
 
 func (rw *recorder) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
+
+// unread reports whether the request's body was not read to its end.
+func (rw *recorder) unread() bool {
+	if rw.body == nil {
+		return rw.req.ContentLength != 0
+	}
+	return !rw.body.complete()
+}
+
+// dropUnreadBody ends the wait for a body the handler left unread: once
+// the handler returns, net/http would read on up to 256 KiB of it, as
+// slowly as its client sends, before closing the connection.
+func (rw *recorder) dropUnreadBody() {
+	if rw.unread() {
+		_ = http.NewResponseController(rw.ResponseWriter).SetReadDeadline(time.Now())
+	}
+}
 
 // healthz answers whether the store answers, with the cheapest read there is:
 // a job id the API never accepts, so it is never found.

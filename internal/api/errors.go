@@ -15,6 +15,7 @@ const (
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
 	CodePayloadTooLarge  = "payload_too_large"
+	CodeRequestTimeout   = "request_timeout" // the body did not arrive in time
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnavailable      = "unavailable"
 	CodeInternal         = "internal"

@@ -111,16 +111,21 @@ const reconnectDelay = 2000
 
 // stream sends the job's events after seq as Server-Sent Events, polling
 // the store, until the job has ended and everything is sent (then an "end"
-// event), the client goes away, or MaxStream is reached (the client then
-// reconnects with Last-Event-ID).
+// event), the client goes away or stops reading, or stream_max_duration is
+// reached (the client then reconnects with Last-Event-ID).
 func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, after int64) error {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
-	// A server's WriteTimeout would cut the stream short; MaxStream bounds
-	// it instead. Writers that have no deadlines say so, which is fine.
-	if err := rc.SetWriteDeadline(time.Now().Add(s.opts.MaxStream + 10*time.Second)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return fmt.Errorf("extend write deadline: %w", err)
+	// A stream is exempt from the server's timeouts, by design: its read
+	// deadline is lifted (it would cancel the request's context), and each
+	// write gets a deadline of its own, so a client that stops reading is
+	// let go after one write timeout while a reading one stays, up to
+	// the stream's maximum life. Writers that have no deadlines say so,
+	// which is fine.
+	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("lift read deadline: %w", err)
 	}
+	writeTimeout := s.opts.Server.WriteTimeout.D()
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -130,6 +135,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "retry: %d\n\n", reconnectDelay)
 	send := func() error {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
 		if buf.Len() > 0 {
 			if _, err := w.Write(buf.Bytes()); err != nil {
 				return err
@@ -139,9 +147,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 		return rc.Flush()
 	}
 
-	maxT := time.NewTimer(s.opts.MaxStream)
+	maxT := time.NewTimer(s.opts.Server.StreamMaxDuration.D())
 	defer maxT.Stop()
-	heartbeat := time.NewTicker(s.opts.heartbeat)
+	heartbeat := time.NewTicker(s.opts.Server.StreamHeartbeat.D())
 	defer heartbeat.Stop()
 	poll := time.NewTimer(s.opts.PollInterval)
 	defer poll.Stop()
@@ -173,7 +181,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 			}
 		}
 		if st := viewStatus(job); st.Terminal() {
-			data, _ := json.Marshal(cancelView{JobID: job.ID, Status: st})
+			data, _ := json.Marshal(cancelView{JobID: job.ClientID, Status: st})
 			fmt.Fprintf(&buf, "event: end\ndata: %s\n\n", data)
 			_ = send()
 			return nil
@@ -187,6 +195,10 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 			case <-ctx.Done():
 				return nil
 			case <-maxT.C:
+				// Ended cleanly: the client reconnects with the id of
+				// the last event it got and misses nothing.
+				buf.WriteString(": the stream reached its maximum duration; reconnect with Last-Event-ID\n\n")
+				_ = send()
 				return nil
 			case <-heartbeat.C:
 				buf.WriteString(": keep-alive\n\n")

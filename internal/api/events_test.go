@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/store"
 )
@@ -66,7 +67,7 @@ func TestEventsPagination(t *testing.T) {
 	if p := e.eventsPage(""); len(p.Events) != 0 || p.Next != 0 {
 		t.Fatalf("no events yet: %+v", p)
 	}
-	appendEvents(t, e.store, "ev-1", 1, 7)
+	appendEvents(t, e.store, acmeKey("ev-1"), 1, 7)
 
 	p := e.eventsPage("?limit=3")
 	if got := fmt.Sprint(seqsOf(p)); got != "[1 2 3]" || p.Next != 3 {
@@ -194,7 +195,7 @@ func TestEventsStreamResumesAndEnds(t *testing.T) {
 	e := newEnv(t, streaming(20*time.Millisecond))
 	ctx := ctxFor(t)
 	e.submit(tokenAcme, "sse-1")
-	appendEvents(t, e.store, "sse-1", 1, 3)
+	appendEvents(t, e.store, acmeKey("sse-1"), 1, 3)
 
 	// Last-Event-ID wins over after: a reconnecting EventSource keeps its
 	// original URL.
@@ -214,12 +215,12 @@ func TestEventsStreamResumesAndEnds(t *testing.T) {
 	}
 
 	// The job goes on and ends while the client listens.
-	appendEvents(t, e.store, "sse-1", 4, 4)
-	if _, err := e.store.SetStatus(ctx, "sse-1", nil, store.StatusRunning); err != nil {
+	appendEvents(t, e.store, acmeKey("sse-1"), 4, 4)
+	if _, err := e.store.SetStatus(ctx, acmeKey("sse-1"), nil, store.StatusRunning); err != nil {
 		t.Fatal(err)
 	}
-	appendEvents(t, e.store, "sse-1", 5, 5)
-	if _, err := e.store.SetStatus(ctx, "sse-1", nil, store.StatusSucceeded); err != nil {
+	appendEvents(t, e.store, acmeKey("sse-1"), 5, 5)
+	if _, err := e.store.SetStatus(ctx, acmeKey("sse-1"), nil, store.StatusSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"4", "5"} {
@@ -292,9 +293,9 @@ func TestEventsStreamHeartbeatAndClientGone(t *testing.T) {
 }
 
 func TestEventsStreamBoundedDuration(t *testing.T) {
-	e := newEnv(t, streaming(20*time.Millisecond), func(o *api.Options) { o.MaxStream = 200 * time.Millisecond })
+	e := newEnv(t, streaming(20*time.Millisecond), func(o *api.Options) { o.Server.StreamMaxDuration = config.Duration(200 * time.Millisecond) })
 	e.submit(tokenAcme, "max-1")
-	appendEvents(t, e.store, "max-1", 1, 2)
+	appendEvents(t, e.store, acmeKey("max-1"), 1, 2)
 	_, sse := e.openStream(ctxFor(t), "/v1/jobs/max-1/events")
 	var ids []string
 	for {

@@ -3,7 +3,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -32,9 +31,8 @@ type JobRequest struct {
 	SeedURLs     []string `json:"seed_urls"`
 }
 
-// Request limits.
+// Request limits. The body's is [server] max_body_bytes.
 const (
-	MaxBodyBytes    = 64 << 10
 	MaxQueryRunes   = 2000
 	MaxSeedURLs     = 20
 	MaxSeedURLBytes = 2048
@@ -58,37 +56,6 @@ func viewStatus(j store.Job) store.Status {
 		return store.StatusFailed
 	}
 	return j.Status
-}
-
-// crockford is Crockford's base32 in lower case; its digits sort in ASCII
-// order, so fixed-width encodings of time sort in time order.
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-// newJobID returns a ULID-shaped id: 10 characters of Unix milliseconds
-// then 16 of randomness (80 bits), lower case so that providers that want
-// DNS-style sandbox names accept it.
-func newJobID(now time.Time) string {
-	var b [26]byte
-	ms := uint64(now.UnixMilli())
-	for i := 9; i >= 0; i-- {
-		b[i] = crockford[ms&31]
-		ms >>= 5
-	}
-	var rnd [10]byte
-	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
-	var acc uint64
-	bits := 0
-	j := 10
-	for _, x := range rnd {
-		acc = acc<<8 | uint64(x)
-		bits += 8
-		for bits >= 5 {
-			bits -= 5
-			b[j] = crockford[(acc>>bits)&31]
-			j++
-		}
-	}
-	return string(b[:])
 }
 
 // submitBody is POST /v1/jobs as sent.
@@ -122,7 +89,7 @@ func jobLinks(id string) links {
 // Field is set when only one field is at fault.
 func decodeSubmit(w http.ResponseWriter, r *http.Request) (submitBody, error) {
 	var body submitBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	dec := json.NewDecoder(r.Body) // bounded by the route's guard
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		return body, decodeError(err)
@@ -212,13 +179,12 @@ func checkSeedURL(raw string) error {
 
 // decodeError turns a JSON decoding failure into the answer to send.
 func decodeError(err error) *Error {
-	var tooBig *http.MaxBytesError
+	var unread *bodyError
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case errors.As(err, &tooBig):
-		return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge,
-			Message: fmt.Sprintf("the request body is larger than %d bytes", MaxBodyBytes)}
+	case errors.As(err, &unread):
+		return unread.answer
 	case errors.Is(err, io.EOF):
 		return invalid("", "the request body is empty; send a JSON object")
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
@@ -231,7 +197,12 @@ func decodeError(err error) *Error {
 		return invalid(field, "%s must be %s, not %s", field, jsonType(field), jsonValue(typ.Value))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		field := strings.Trim(name, `"`)
+		// encoding/json quotes the name with %q; the field is the name
+		// as sent.
+		field, uerr := strconv.Unquote(name)
+		if uerr != nil {
+			field = strings.Trim(name, `"`)
+		}
 		return invalid(field, "unknown field %q", field)
 	}
 	return invalid("", "the request body cannot be read: %v", err)
@@ -281,18 +252,21 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	id := newJobID(s.opts.Now())
+	// A generated id is a client id like any other: the client learns it
+	// from the answer and uses it from then on.
+	id := ids.New(s.opts.Now())
 	if body.JobID != nil {
 		id = *body.JobID
 	}
-	c.jobID = id
+	key := ids.JobKey(c.tenant, id)
+	c.jobID, c.jobKey = id, key
 	ctx, cancel := detached(r)
 	defer cancel()
-	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: id, Tenant: c.tenant, Request: raw, RequestHash: hash})
+	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: key, Tenant: c.tenant, ClientID: id, Request: raw, RequestHash: hash})
 	switch {
 	case errors.Is(err, store.ErrConflict):
-		// Said the same way for another tenant's job: ids are global, but
-		// whose they are is not told.
+		// The key is the tenant's own: only this tenant's earlier job can
+		// be in the way.
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: "job_id", JobID: id,
 			Message: fmt.Sprintf("job_id %q is already used by a different request", id)}
 	case errors.Is(err, store.ErrTooLarge):
@@ -311,7 +285,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if created {
 		status = http.StatusAccepted
 	}
-	return writeJSON(w, status, submitResponse{JobID: job.ID, Status: viewStatus(job), Links: jobLinks(job.ID)})
+	return writeJSON(w, status, submitResponse{JobID: job.ClientID, Status: viewStatus(job), Links: jobLinks(job.ClientID)})
 }
 
 // detachedTimeout bounds work that goes on after the client left.
@@ -362,7 +336,7 @@ func (s *server) start(ctx context.Context, c *call, job store.Job) (store.Job, 
 		} else if !errors.Is(uerr, store.ErrConflict) {
 			c.cause = errors.Join(c.cause, fmt.Errorf("mark job failed: %w", uerr))
 		}
-		return job, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, JobID: job.ID, JobStatus: string(viewStatus(job)),
+		return job, &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, JobID: job.ClientID, JobStatus: string(viewStatus(job)),
 			RetryAfter: 1, Message: msg}
 	}
 	updated, err := st.UpdateJob(ctx, job.ID, store.JobUpdate{ExecutionID: &execID})
@@ -372,11 +346,15 @@ func (s *server) start(ctx context.Context, c *call, job store.Job) (store.Job, 
 	return updated, nil
 }
 
-// job reads the job named in the path, as c.tenant may see it.
+// job reads the job named in the path, as c.tenant may see it: the path
+// holds the client's id, and the key is the tenant's own, so another
+// tenant's job of the same id is never even read. The tenant and id are
+// checked all the same.
 func (s *server) job(r *http.Request, c *call) (store.Job, error) {
 	id := r.PathValue("id")
-	job, err := s.opts.Store.GetJob(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && job.Tenant != c.tenant {
+	c.jobKey = ids.JobKey(c.tenant, id)
+	job, err := s.opts.Store.GetJob(r.Context(), c.jobKey)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (job.Tenant != c.tenant || job.ClientID != id) {
 		return store.Job{}, jobNotFound(id)
 	}
 	return job, err
@@ -433,7 +411,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	v := statusView{
-		JobID:           job.ID,
+		JobID:           job.ClientID,
 		Status:          viewStatus(job),
 		Phase:           optional(job.Phase),
 		CreatedAt:       formatTime(job.CreatedAt),
@@ -456,8 +434,8 @@ type cancelView struct {
 
 func finished(job store.Job) *Error {
 	st := viewStatus(job)
-	return &Error{Status: http.StatusConflict, Code: CodeConflict, JobID: job.ID, JobStatus: string(st),
-		Message: fmt.Sprintf("job %q has already finished: %s", job.ID, st)}
+	return &Error{Status: http.StatusConflict, Code: CodeConflict, JobID: job.ClientID, JobStatus: string(st),
+		Message: fmt.Sprintf("job %q has already finished: %s", job.ClientID, st)}
 }
 
 // cancel records the cancel request, which the phases act on, then asks the
@@ -485,7 +463,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
 		// the backstop. The caller has nothing to retry.
 		c.cause = fmt.Errorf("executor cancel: %w", err)
 	}
-	return writeJSON(w, http.StatusAccepted, cancelView{JobID: job.ID, Status: viewStatus(job)})
+	return writeJSON(w, http.StatusAccepted, cancelView{JobID: job.ClientID, Status: viewStatus(job)})
 }
 
 // reportView is the report with what sandstep says about it: the sources
@@ -514,13 +492,13 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 	rep, err := s.opts.Store.GetReport(ctx, job.ID)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && st.Terminal():
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: job.ID, JobStatus: string(st),
-			Message: fmt.Sprintf("job %q ended (%s) without a report", job.ID, st)}
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: job.ClientID, JobStatus: string(st),
+			Message: fmt.Sprintf("job %q ended (%s) without a report", job.ClientID, st)}
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return err
 	case err != nil || !rep.Complete && !st.Terminal():
-		return &Error{Status: http.StatusConflict, Code: CodeConflict, JobID: job.ID, JobStatus: string(st),
-			Message: fmt.Sprintf("the report of job %q is not ready yet (the job is %s)", job.ID, st)}
+		return &Error{Status: http.StatusConflict, Code: CodeConflict, JobID: job.ClientID, JobStatus: string(st),
+			Message: fmt.Sprintf("the report of job %q is not ready yet (the job is %s)", job.ClientID, st)}
 	}
 	if prefersMarkdown(r.Header.Get("Accept")) {
 		h := w.Header()
@@ -531,12 +509,12 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 		_, err := io.WriteString(w, rep.Markdown)
 		return err
 	}
-	v := reportView{JobID: job.ID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown,
+	v := reportView{JobID: job.ClientID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown,
 		Sources: []report.UsedSource{}, NotUsed: []report.NotUsed{}}
 	if len(rep.Details) > 0 {
 		var d report.Details
 		if err := json.Unmarshal(rep.Details, &d); err != nil {
-			return fmt.Errorf("report details of job %s: %w", job.ID, err)
+			return fmt.Errorf("report details of job %s: %w", job.ClientID, err)
 		}
 		if d.Sources != nil {
 			v.Sources = d.Sources

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/report"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
@@ -86,15 +87,16 @@ func TestSubmitStartsAndStatusShape(t *testing.T) {
 		t.Fatalf("links = %v", links)
 	}
 	calls := e.exec.startCalls()
-	if len(calls) != 1 || calls[0].jobID != id || calls[0].input != `{"job_id":"`+id+`"}` {
+	// The execution is named after the job's key, which the phases get.
+	if key := acmeKey(id); len(calls) != 1 || calls[0].jobID != key || calls[0].input != `{"job_id":"`+key+`"}` {
 		t.Fatalf("executor starts = %+v", calls)
 	}
 
-	job, err := e.store.GetJob(ctx, id)
+	job, err := e.store.GetJob(ctx, acmeKey(id))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Tenant != "acme" || job.ExecutionID != "exec:"+id {
+	if job.Tenant != "acme" || job.ClientID != id || job.ExecutionID != "exec:"+acmeKey(id) {
 		t.Fatalf("stored job = %+v", job)
 	}
 	// Stored normalized: trimmed query, defaults, duplicate URL dropped, no
@@ -112,11 +114,11 @@ func TestSubmitStartsAndStatusShape(t *testing.T) {
 		t.Fatalf("id %s generated later does not sort after %s", later, id)
 	}
 
-	if _, err := e.store.SetStep(ctx, id, store.Step{ID: store.StepCrawl, State: store.StepRunning, Current: 3, Total: 22}); err != nil {
+	if _, err := e.store.SetStep(ctx, acmeKey(id), store.Step{ID: store.StepCrawl, State: store.StepRunning, Current: 3, Total: 22}); err != nil {
 		t.Fatal(err)
 	}
 	phase := "crawl"
-	if _, err := e.store.UpdateJob(ctx, id, store.JobUpdate{Status: store.StatusRunning, Phase: &phase, AddFallbacks: []string{"snippets"}}); err != nil {
+	if _, err := e.store.UpdateJob(ctx, acmeKey(id), store.JobUpdate{Status: store.StatusRunning, Phase: &phase, AddFallbacks: []string{"snippets"}}); err != nil {
 		t.Fatal(err)
 	}
 	res = e.get(base, tokenAcme)
@@ -180,12 +182,26 @@ func TestSubmitIsIdempotent(t *testing.T) {
 	if er := wantError(t, res, http.StatusConflict, "conflict", "job_id"); er["job_id"] != "idem-1" {
 		t.Fatalf("conflict = %v", er)
 	}
-	// So is the same request from another tenant: the id is taken.
+	// Another tenant's id is its own: the same id from globex, with either
+	// request, is a new job, and acme's is untouched.
+	res = e.post("/v1/jobs", tokenGlobex, `{"query":"another","job_id":"idem-1"}`)
+	wantStatus(t, res, http.StatusAccepted)
+	if b := res.json(t); b["job_id"] != "idem-1" {
+		t.Fatalf("globex's submit answered %s", res.body)
+	}
+	wantStatus(t, e.post("/v1/jobs", tokenGlobex, `{"query":"another","job_id":"idem-1"}`), http.StatusOK)
 	wantError(t, e.post("/v1/jobs", tokenGlobex, `{"query":"q","job_id":"idem-1"}`), http.StatusConflict, "conflict", "job_id")
 
-	job, err := e.store.GetJob(ctx, "idem-1")
-	if err != nil || job.Tenant != "acme" || job.Version != 2 {
+	job, err := e.store.GetJob(ctx, acmeKey("idem-1"))
+	if err != nil || job.Tenant != "acme" || job.ClientID != "idem-1" || job.Version != 2 {
 		t.Fatalf("job = %+v, %v", job, err)
+	}
+	other, err := e.store.GetJob(ctx, ids.JobKey("globex", "idem-1"))
+	if err != nil || other.Tenant != "globex" || other.ClientID != "idem-1" || string(other.Request) == string(job.Request) {
+		t.Fatalf("globex's job = %+v, %v", other, err)
+	}
+	if n := len(e.exec.startCalls()); n != 2 {
+		t.Fatalf("%d starts, want one per tenant", n)
 	}
 }
 
@@ -197,14 +213,14 @@ func TestSubmitRetriedAfterInterruptedStart(t *testing.T) {
 	// Simulate a submission cut short after CreateJob: the execution id
 	// was never recorded.
 	empty := ""
-	if _, err := e.store.UpdateJob(ctx, "cut-1", store.JobUpdate{ExecutionID: &empty}); err != nil {
+	if _, err := e.store.UpdateJob(ctx, acmeKey("cut-1"), store.JobUpdate{ExecutionID: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, e.post("/v1/jobs", tokenAcme, `{"query":"q","job_id":"cut-1"}`), http.StatusOK)
 	if n := len(e.exec.startCalls()); n != 2 {
 		t.Fatalf("%d starts, want the retry to start the job again", n)
 	}
-	if job, _ := e.store.GetJob(ctx, "cut-1"); job.ExecutionID != "exec:cut-1" {
+	if job, _ := e.store.GetJob(ctx, acmeKey("cut-1")); job.ExecutionID != "exec:"+acmeKey("cut-1") {
 		t.Fatalf("execution id = %q", job.ExecutionID)
 	}
 }
@@ -241,8 +257,8 @@ func TestSubmitStartFailure(t *testing.T) {
 	if st["status"] != "queued" || st["error"] != nil || st["phase"] != nil {
 		t.Fatalf("status after the restart = %v", st)
 	}
-	job, err := e.store.GetJob(ctx, id)
-	if err != nil || job.ExecutionID != "exec:"+id {
+	job, err := e.store.GetJob(ctx, acmeKey(id))
+	if err != nil || job.ExecutionID != "exec:"+acmeKey(id) {
 		t.Fatalf("job = %+v, %v", job, err)
 	}
 	if n := len(e.exec.startCalls()); n != 2 {
@@ -289,7 +305,7 @@ func TestAuthentication(t *testing.T) {
 	// The scheme is case-insensitive; the dev token is the tenant "dev".
 	res := e.do(http.MethodPost, "/v1/jobs", "", strings.NewReader(`{"query":"q","job_id":"dev-1"}`), "Authorization", "bearer "+tokenDev)
 	wantStatus(t, res, http.StatusAccepted)
-	if job, err := e.store.GetJob(ctxFor(t), "dev-1"); err != nil || job.Tenant != "dev" {
+	if job, err := e.store.GetJob(ctxFor(t), devKey("dev-1")); err != nil || job.Tenant != "dev" {
 		t.Fatalf("dev job = %+v, %v", job, err)
 	}
 	// /healthz needs no token.
@@ -304,7 +320,7 @@ func TestAnotherTenantsJobIsNotFound(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxFor(t)
 	e.submit(tokenAcme, "mine")
-	if err := e.store.PutReport(ctx, "mine", "# Report", true); err != nil {
+	if err := e.store.PutReport(ctx, acmeKey("mine"), "# Report", true); err != nil {
 		t.Fatal(err)
 	}
 	theirs := []response{
@@ -321,7 +337,7 @@ func TestAnotherTenantsJobIsNotFound(t *testing.T) {
 			t.Fatalf("route %d: %s differs from a missing job's %s", i, res.body, missing.body)
 		}
 	}
-	job, err := e.store.GetJob(ctx, "mine")
+	job, err := e.store.GetJob(ctx, acmeKey("mine"))
 	if err != nil || job.CancelRequested {
 		t.Fatalf("job = %+v, %v", job, err)
 	}
@@ -342,11 +358,11 @@ func TestCancel(t *testing.T) {
 			t.Fatalf("cancel answered %s", res.body)
 		}
 	}
-	job, err := e.store.GetJob(ctx, "c-1")
+	job, err := e.store.GetJob(ctx, acmeKey("c-1"))
 	if err != nil || !job.CancelRequested {
 		t.Fatalf("job = %+v, %v", job, err)
 	}
-	if calls := e.exec.cancelCalls(); len(calls) != 2 || calls[0] != [2]string{"c-1", "exec:c-1"} {
+	if calls := e.exec.cancelCalls(); len(calls) != 2 || calls[0] != [2]string{acmeKey("c-1"), "exec:" + acmeKey("c-1")} {
 		t.Fatalf("executor cancels = %v", calls)
 	}
 	if st := e.get("/v1/jobs/c-1", tokenAcme).json(t); st["cancel_requested"] != true {
@@ -354,10 +370,10 @@ func TestCancel(t *testing.T) {
 	}
 
 	e.submit(tokenAcme, "c-2")
-	if _, err := e.store.SetStatus(ctx, "c-2", nil, store.StatusRunning); err != nil {
+	if _, err := e.store.SetStatus(ctx, acmeKey("c-2"), nil, store.StatusRunning); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.SetStatus(ctx, "c-2", nil, store.StatusSucceeded); err != nil {
+	if _, err := e.store.SetStatus(ctx, acmeKey("c-2"), nil, store.StatusSucceeded); err != nil {
 		t.Fatal(err)
 	}
 	res := e.post("/v1/jobs/c-2/cancel", tokenAcme, "")
@@ -374,10 +390,10 @@ func TestReport(t *testing.T) {
 	ctx := ctxFor(t)
 	e.submit(tokenAcme, "r-1")
 	wantError(t, e.get("/v1/jobs/r-1/report", tokenAcme), http.StatusConflict, "conflict", "")
-	if _, err := e.store.SetStatus(ctx, "r-1", nil, store.StatusRunning); err != nil {
+	if _, err := e.store.SetStatus(ctx, acmeKey("r-1"), nil, store.StatusRunning); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.AppendReport(ctx, "r-1", "# Solar\n\nPartial", false); err != nil {
+	if err := e.store.AppendReport(ctx, acmeKey("r-1"), "# Solar\n\nPartial", false); err != nil {
 		t.Fatal(err)
 	}
 	if er := wantError(t, e.get("/v1/jobs/r-1/report", tokenAcme), http.StatusConflict, "conflict", ""); er["status"] != "running" {
@@ -394,7 +410,7 @@ func TestReport(t *testing.T) {
 		NotUsed:   []report.NotUsed{{URL: "https://example.net/c", N: 3, Reason: "challenge", Message: "an anti-bot challenge page"}},
 		Citations: report.Citations{Total: 2, Supported: 1, Unsupported: 1, Accuracy: &acc, Flagged: []report.Flag{{Sentence: "x [2].", Cited: []int{2}, Why: []string{"low_support"}}}},
 	})
-	if err := e.store.WriteReport(ctx, "r-1", store.Report{Markdown: md, Complete: true, Details: details}); err != nil {
+	if err := e.store.WriteReport(ctx, acmeKey("r-1"), store.Report{Markdown: md, Complete: true, Details: details}); err != nil {
 		t.Fatal(err)
 	}
 	res := e.get("/v1/jobs/r-1/report", tokenAcme)
@@ -435,15 +451,15 @@ func TestReport(t *testing.T) {
 	// A job that ended without a report: 404. One that ended with a
 	// partial report: that report.
 	e.submit(tokenAcme, "r-2")
-	if _, err := e.store.SetStatus(ctx, "r-2", nil, store.StatusFailed); err != nil {
+	if _, err := e.store.SetStatus(ctx, acmeKey("r-2"), nil, store.StatusFailed); err != nil {
 		t.Fatal(err)
 	}
 	wantError(t, e.get("/v1/jobs/r-2/report", tokenAcme), http.StatusNotFound, "not_found", "")
 	e.submit(tokenAcme, "r-3")
-	if err := e.store.AppendReport(ctx, "r-3", "# Partial", false); err != nil {
+	if err := e.store.AppendReport(ctx, acmeKey("r-3"), "# Partial", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.SetStatus(ctx, "r-3", nil, store.StatusCancelled); err != nil {
+	if _, err := e.store.SetStatus(ctx, acmeKey("r-3"), nil, store.StatusCancelled); err != nil {
 		t.Fatal(err)
 	}
 	res = e.get("/v1/jobs/r-3/report", tokenAcme)

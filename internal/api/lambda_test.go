@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
 )
 
@@ -86,7 +87,7 @@ func TestLambdaRoundTrip(t *testing.T) {
 		t.Fatalf("jobs: %s / %s", a.body, b.body)
 	}
 
-	appendEvents(t, e.store, "rt-http", 1, 5)
+	appendEvents(t, e.store, acmeKey("rt-http"), 1, 5)
 	for _, tc := range []struct {
 		method, path, query, token, body string
 		headers                          []string
@@ -164,4 +165,24 @@ func TestLambdaAdapter(t *testing.T) {
 	if res, _ := api.LambdaHandler(h)(ctxFor(t), ev); res.StatusCode != http.StatusCreated || res.Body != "" {
 		t.Fatalf("HEAD = %+v", res)
 	}
+}
+
+// The body limits of [server] hold behind API Gateway as they do here, with
+// the same answer.
+func TestLambdaBodyLimits(t *testing.T) {
+	sc := config.DefaultServer()
+	sc.MaxBodyBytes = 2048
+	e := newEnv(t, withServer(sc))
+	big := `{"query":"` + strings.Repeat("x", 4000) + `"}`
+	for _, b64 := range []bool{false, true} {
+		lamRes := e.viaLambda(gatewayEvent("POST", "/v1/jobs", "", tokenAcme, big, b64))
+		er := wantError(t, lamRes, http.StatusRequestEntityTooLarge, "payload_too_large", "")
+		if msg, _ := er["message"].(string); !strings.Contains(msg, "2048 bytes") || !strings.Contains(msg, "server.max_body_bytes") {
+			t.Fatalf("message %q does not name the limit", msg)
+		}
+		sameResponse(t, "a body over the limit", e.post("/v1/jobs", tokenAcme, big), lamRes)
+	}
+	// Just within the limit, the same request is taken.
+	ok := `{"query":"` + strings.Repeat("x", 2000) + `","job_id":"lim-1"}`
+	wantStatus(t, e.viaLambda(gatewayEvent("POST", "/v1/jobs", "", tokenAcme, ok, false)), http.StatusAccepted)
 }

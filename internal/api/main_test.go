@@ -20,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/api"
 	"github.com/sandstep/sandstep/internal/ddblocal"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testlog"
 	"github.com/sandstep/sandstep/providers"
@@ -34,6 +35,10 @@ const (
 	tokenGlobex = "globex-0d8b3f6a1e2c4b9d7a5f3c1e0b8d6a42"
 	tokenDev    = "dev-3c5e7a9b1d2f4e6a8c0b2d4f6a8c0e13"
 )
+
+// acmeKey and devKey are the store keys of the tenants' jobs.
+func acmeKey(id string) string { return ids.JobKey("acme", id) }
+func devKey(id string) string  { return ids.JobKey("dev", id) }
 
 func hashOf(token string) string {
 	sum := sha256.Sum256([]byte(token))
@@ -148,7 +153,14 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 		f(&opts)
 	}
 	e.handler = api.New(opts)
-	e.srv = httptest.NewServer(e.handler)
+	// Served by the server `sandstep serve` runs, with its timeouts.
+	sc := opts.Server
+	if sc == (config.ServerConfig{}) {
+		sc = config.DefaultServer()
+	}
+	e.srv = httptest.NewUnstartedServer(e.handler)
+	e.srv.Config = api.NewServer(e.handler, sc, opts.Logger)
+	e.srv.Start()
 	t.Cleanup(e.srv.Close)
 	return e
 }

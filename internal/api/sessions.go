@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -30,15 +29,14 @@ import (
 // CodeGone: the session was deleted, with its files.
 const CodeGone = "gone"
 
-// MaxRunBodyBytes bounds a run request: code of up to 256 KiB, which JSON
-// escaping may make several times longer.
-const MaxRunBodyBytes = 2 << 20
-
 func (s *server) sessionRoutes() []route {
 	return []route{
 		{segments: []string{"v1", "sessions", "{sid}"}, methods: map[string]handlerFunc{
 			http.MethodPost: s.openSession, http.MethodGet: s.getSession, http.MethodDelete: s.deleteSession}},
-		{segments: []string{"v1", "sessions", "{sid}", "run"}, methods: map[string]handlerFunc{http.MethodPost: s.runCode}},
+		// A run carries code of up to sessions.MaxCodeBytes, which JSON
+		// escaping may make several times longer.
+		{segments: []string{"v1", "sessions", "{sid}", "run"}, methods: map[string]handlerFunc{http.MethodPost: s.runCode},
+			maxBody: int64(s.opts.Server.MaxRunBodyBytes), bodyKey: "max_run_body_bytes", bodyField: "code"},
 		{segments: []string{"v1", "sessions", "{sid}", "runs", "{run}"}, methods: map[string]handlerFunc{http.MethodGet: s.getRun}},
 		{segments: []string{"v1", "sessions", "{sid}", "events"}, methods: map[string]handlerFunc{http.MethodGet: s.sessionEvents}},
 	}
@@ -223,7 +221,7 @@ func viewRun(run sessions.Run) runView {
 
 func decodeRun(w http.ResponseWriter, r *http.Request) (sessions.RunRequest, error) {
 	var body runBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxRunBodyBytes))
+	dec := json.NewDecoder(r.Body) // bounded by the route's guard
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&body)
 	if err == nil {
@@ -233,12 +231,8 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (sessions.RunRequest, err
 			return sessions.RunRequest{}, invalid("", "the request body holds more than one JSON value")
 		}
 	}
-	var tooBig *http.MaxBytesError
 	var typ *json.UnmarshalTypeError
 	switch {
-	case errors.As(err, &tooBig):
-		return sessions.RunRequest{}, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Field: "code",
-			Message: fmt.Sprintf("the request body is larger than %d bytes; code may be at most %d bytes", MaxRunBodyBytes, sessions.MaxCodeBytes)}
 	case errors.As(err, &typ) && typ.Field == "timeout_seconds":
 		return sessions.RunRequest{}, invalid("timeout_seconds", "timeout_seconds must be a whole number of seconds, not %s", jsonValue(typ.Value))
 	case err != nil:

@@ -16,7 +16,7 @@ import (
 // newSessionsEnv serves the API with a sessions service of the given
 // [sessions] table. It has no sandbox provider: these tests cover what the
 // API decides before code runs (the sessions package runs code).
-func newSessionsEnv(t *testing.T, table string) *testEnv {
+func newSessionsEnv(t testing.TB, table string, adjust ...func(*api.Options)) *testEnv {
 	t.Helper()
 	dbenv := ddblocal.ForTests(t)
 	st := store.NewLocal(dbenv.Endpoint, dbenv.Prefix)
@@ -28,7 +28,7 @@ func newSessionsEnv(t *testing.T, table string) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEnvOn(t, st, func(o *api.Options) { o.Sessions = svc })
+	return newEnvOn(t, st, append([]func(*api.Options){func(o *api.Options) { o.Sessions = svc }}, adjust...)...)
 }
 
 func TestSessionsDisabled(t *testing.T) {
@@ -72,7 +72,7 @@ func TestRunBadInput(t *testing.T) {
 		{"code empty", "/v1/sessions/s1/run", `{"code":"","language":"javascript"}`, 400, "invalid_argument", "code"},
 		{"code not a string", "/v1/sessions/s1/run", `{"code":1,"language":"javascript"}`, 400, "invalid_argument", "code"},
 		{"code over 256 KiB", "/v1/sessions/s1/run", fmt.Sprintf(`{"code":%q,"language":"shell"}`, big), 413, "payload_too_large", "code"},
-		{"body over the limit", "/v1/sessions/s1/run", fmt.Sprintf(`{"code":%q,"language":"shell"}`, strings.Repeat("\\u0000", api.MaxRunBodyBytes/6+1)), 413, "payload_too_large", "code"},
+		{"body over the limit", "/v1/sessions/s1/run", fmt.Sprintf(`{"code":%q,"language":"shell"}`, strings.Repeat("\\u0000", (2<<20)/6+1)), 413, "payload_too_large", "code"},
 		{"language missing", "/v1/sessions/s1/run", `{"code":"1"}`, 400, "invalid_argument", "language"},
 		{"language unknown", "/v1/sessions/s1/run", `{"code":"1","language":"cobol"}`, 400, "invalid_argument", "language"},
 		{"timeout zero", "/v1/sessions/s1/run", `{"code":"1","language":"python","timeout_seconds":0}`, 400, "invalid_argument", "timeout_seconds"},

@@ -26,7 +26,7 @@ func BenchmarkResearchJob(b *testing.B) {
 		}
 		// Wait on the execution itself: polling the API would count its
 		// reads as the job's.
-		x, ok := s.Engine.Execution(id)
+		x, ok := s.Engine.Execution(devKey(id))
 		if !ok {
 			b.Fatal("no execution")
 		}

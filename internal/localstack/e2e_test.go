@@ -1,11 +1,9 @@
 package localstack_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/internal/asl"
 	"github.com/sandstep/sandstep/internal/ddblocal"
 	"github.com/sandstep/sandstep/internal/fixturesite"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/localstack"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/internal/testbin"
@@ -55,6 +54,10 @@ func run(m *testing.M) int {
 	}
 	return ddblocal.RunTests(m)
 }
+
+// devKey is the store key (and execution and sandbox name) of a job of
+// the tenant "dev", whose token the tests use.
+func devKey(id string) string { return ids.JobKey("dev", id) }
 
 const (
 	token    = "e2e-token"
@@ -191,26 +194,7 @@ func tomlList(v []string) string {
 
 func (s *stack) do(t testing.TB, method, path string, body any) (int, map[string]any) {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.srv.URL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	raw, _ := io.ReadAll(resp.Body)
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &out); err != nil {
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-		}
-	}
-	return resp.StatusCode, out
+	return s.doAs(t, token, method, path, body)
 }
 
 func (s *stack) submit(t testing.TB, jobID string) {
@@ -234,7 +218,7 @@ func (s *stack) wait(t testing.TB, jobID string) map[string]any {
 		switch job["status"] {
 		case "succeeded", "failed", "cancelled":
 			// The engine's status-change cleanup may still be running.
-			if x, ok := s.Engine.Execution(jobID); ok {
+			if x, ok := s.Engine.Execution(devKey(jobID)); ok {
 				select {
 				case <-x.Done():
 				case <-time.After(time.Minute):
@@ -290,7 +274,7 @@ func (s *stack) events(t testing.TB, jobID string) []map[string]any {
 }
 
 func (s *stack) statesEntered(jobID string) []string {
-	x, _ := s.Engine.Execution(jobID)
+	x, _ := s.Engine.Execution(devKey(jobID))
 	var names []string
 	for _, ev := range x.History() {
 		if strings.HasSuffix(string(ev.Type), "StateEntered") {
@@ -335,7 +319,7 @@ func TestJobRunsEveryStateAndCleansUp(t *testing.T) {
 		notUsed[1].(map[string]any)["reason"] != "fetch_error" || !strings.Contains(fmt.Sprint(rep["markdown"]), "No source could be read.") {
 		t.Errorf("report: %d %v", code, rep)
 	}
-	entries, err := s.st.LedgerListByOwner(context.Background(), "job:job-ok")
+	entries, err := s.st.LedgerListByOwner(context.Background(), "job:"+devKey("job-ok"))
 	if err != nil || len(entries) != 1 || entries[0].State != store.LedgerTerminated {
 		t.Errorf("ledger for the job: %+v, %v", entries, err)
 	}
@@ -480,7 +464,7 @@ func TestRetriedPhasesDoNoDoubleWork(t *testing.T) {
 	if job["status"] != "succeeded" {
 		t.Fatalf("status %v error %v", job["status"], job["error"])
 	}
-	entries, err := s.st.LedgerListByOwner(context.Background(), "job:job-retry")
+	entries, err := s.st.LedgerListByOwner(context.Background(), "job:"+devKey("job-retry"))
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("want one sandbox for the job, ledger has %d (%v)", len(entries), err)
 	}
@@ -493,7 +477,7 @@ func TestRetriedPhasesDoNoDoubleWork(t *testing.T) {
 			t.Errorf("event %q recorded %d times", k, n)
 		}
 	}
-	x, _ := s.Engine.Execution("job-retry")
+	x, _ := s.Engine.Execution(devKey("job-retry"))
 	retries := 0
 	for _, ev := range x.History() {
 		if ev.Type == asl.EventStateRetryScheduled {

@@ -183,6 +183,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Sessions:  s.Sessions,
 		Logger:    log,
 		Streaming: true,
+		Server:    cfg.Server,
 	})
 	return s, nil
 }

@@ -101,8 +101,8 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 func preemptWhenCrawling(t *testing.T, s *stack, fake *fakesandy.Running, id string) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		job, err := s.st.GetJob(context.Background(), id)
-		evs, _ := s.st.ListEvents(context.Background(), id, 0, 1000)
+		job, err := s.st.GetJob(context.Background(), devKey(id))
+		evs, _ := s.st.ListEvents(context.Background(), devKey(id), 0, 1000)
 		started := slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(string(e.Data), "crawler started") })
 		if err == nil && started && job.SandboxID != "" {
 			if !fake.Preempt(job.SandboxID) {

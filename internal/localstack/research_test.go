@@ -46,7 +46,7 @@ func (s *stack) research(t testing.TB, id, mode, opt string, seeds []string) map
 
 func (s *stack) sources(t testing.TB, id string) []store.Source {
 	t.Helper()
-	src, err := s.st.ListSources(context.Background(), id)
+	src, err := s.st.ListSources(context.Background(), devKey(id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestReportGrowsWhileTheModelStreams(t *testing.T) {
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		rep, err := s.st.GetReport(context.Background(), id)
+		rep, err := s.st.GetReport(context.Background(), devKey(id))
 		if err == nil && !rep.Complete && strings.Contains(rep.Markdown, "The first half arrives") {
 			break
 		}

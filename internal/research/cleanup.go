@@ -54,7 +54,6 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 	if jobID == "" {
 		return CleanupOutput{}, &BadInput{Message: "cleanup needs job_id or an execution status change event"}
 	}
-	log := p.logger().With("job_id", jobID, "phase", "cleanup")
 	job, err := p.Store.GetJob(ctx, jobID)
 	if errors.Is(err, store.ErrNotFound) {
 		return CleanupOutput{}, &BadInput{Message: "job " + jobID + " does not exist"}
@@ -62,6 +61,7 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 	if err != nil {
 		return CleanupOutput{}, fmt.Errorf("cleanup: load job: %w", err)
 	}
+	log := p.logger().With("job_key", jobID, "tenant", job.Tenant, "job_id", job.ClientID, "phase", "cleanup")
 	if !job.Status.Terminal() {
 		if _, err := p.Store.SetStep(ctx, jobID, store.Step{ID: store.StepCleanup, State: store.StepRunning}); err != nil && !errors.Is(err, store.ErrConflict) {
 			return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)

@@ -279,17 +279,39 @@ func (r *run) readProgress(id string, offset int64) (int64, error) {
 	if err != nil {
 		return offset, fmt.Errorf("read crawler progress: %w", err)
 	}
-	data := buf.Bytes()
+	b := progressEvents(buf.Bytes(), offset)
+	if len(b.evs) > 0 {
+		if err := r.events(b.keys, b.evs); err != nil {
+			return offset, err
+		}
+	}
+	if last := b.last; last != nil && last.Status == spec.StatusRunning {
+		if err := r.step(store.StepCrawl, store.StepRunning, last.Current, last.Total); err != nil {
+			return offset, err
+		}
+	}
+	return b.next, nil
+}
+
+// progressBatch is what one read of the progress log gives.
+type progressBatch struct {
+	keys []string // one per event: its offset in the log
+	evs  []EventData
+	last *spec.Progress // the last crawl line, if any
+	next int64          // the offset after the last complete line
+}
+
+// progressEvents turns the complete lines of data, read from the log at
+// offset, into events; a line not yet ended waits for the next read, and
+// lines that are not progress are skipped. The log is written inside the
+// sandbox, so nothing in it is trusted.
+func progressEvents(data []byte, offset int64) progressBatch {
+	b := progressBatch{next: offset}
 	end := bytes.LastIndexByte(data, '\n')
 	if end < 0 {
-		return offset, nil
+		return b
 	}
-	var (
-		keys []string
-		evs  []EventData
-		last *spec.Progress
-		pos  = offset
-	)
+	pos := offset
 	for _, line := range bytes.SplitAfter(data[:end+1], []byte("\n")) {
 		at := pos
 		pos += int64(len(line))
@@ -305,23 +327,14 @@ func (r *run) readProgress(id string, offset int64) (int64, error) {
 		if msg == "" && p.URL != "" {
 			msg = p.URL
 		}
-		keys = append(keys, "crawl:progress:"+strconv.FormatInt(at, 10))
-		evs = append(evs, EventData{Stage: stage, Status: p.Status, Message: msg, Current: p.Current, Total: p.Total, URL: p.URL})
+		b.keys = append(b.keys, "crawl:progress:"+strconv.FormatInt(at, 10))
+		b.evs = append(b.evs, EventData{Stage: stage, Status: p.Status, Message: msg, Current: p.Current, Total: p.Total, URL: p.URL})
 		if p.Stage == spec.StageCrawl {
-			last = &p
+			b.last = &p
 		}
 	}
-	if len(evs) > 0 {
-		if err := r.events(keys, evs); err != nil {
-			return offset, err
-		}
-	}
-	if last != nil && last.Status == spec.StatusRunning {
-		if err := r.step(store.StepCrawl, store.StepRunning, last.Current, last.Total); err != nil {
-			return offset, err
-		}
-	}
-	return offset + int64(end+1), nil
+	b.next = offset + int64(end+1)
+	return b
 }
 
 // collect reads the crawler's output and stores its pages as sources. An
@@ -347,70 +360,8 @@ func (r *run) collect(id string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list sources: %w", err)
 	}
-	byN := map[int]store.Source{}
-	byKey := map[string]int{}
-	next := 0
-	for _, s := range sources {
-		byN[s.N] = s
-		if u, err := urlnorm.Normalize(s.URL); err == nil {
-			byKey[urlnorm.Key(u)] = s.N
-		}
-		next = max(next, s.N)
-	}
-	var put []store.Source
-	for _, pg := range out.Pages {
-		if strings.TrimSpace(pg.Content) == "" {
-			continue
-		}
-		s, seed := byN[pg.N]
-		if pg.Parent != "" || !seed {
-			// A page found by following a link keeps the number it got
-			// when a retried Crawl stored it before.
-			u, err := urlnorm.Normalize(pg.URL)
-			if n, ok := byKey[urlnorm.Key(u)]; err == nil && ok {
-				s = byN[n]
-			} else {
-				next++
-				s = store.Source{N: next, URL: pg.URL}
-			}
-		}
-		s.Origin = store.OriginCrawl
-		s.Content = pg.Content
-		s.FinalURL, s.Mode, s.Pages = pg.FinalURL, pg.Mode, pg.Pages
-		if pg.Title != "" {
-			s.Title = pg.Title
-		}
-		if s.Snippet == "" {
-			s.Snippet = pg.Description
-		}
-		s.Truncated = s.Truncated || pg.Truncated
-		put = append(put, s)
-	}
-	blocked := 0
-	skips := make([]store.Skip, 0, len(out.Skipped))
-	var denied []spec.Skipped
-	for _, sk := range out.Skipped {
-		reason, msg := sk.Reason, sk.Message
-		if !spec.KnownReason(reason) {
-			// A crawler of another version: keep what it said.
-			reason, msg = spec.ReasonFetchError, strings.TrimSpace(sk.Reason+": "+sk.Message)
-		}
-		if reason == spec.ReasonPolicy {
-			denied = append(denied, sk)
-		}
-		u, err := urlnorm.Normalize(sk.URL)
-		n, known := byKey[urlnorm.Key(u)]
-		if err != nil || !known {
-			n = 0
-		}
-		skips = append(skips, store.Skip{URL: sk.URL, Reason: reason, Message: msg, N: n})
-		if reason == spec.ReasonChallenge && n > 0 {
-			s := byN[n]
-			s.Origin = OriginBlocked
-			put = append(put, s)
-			blocked++
-		}
-	}
+	c := crawledSources(sources, out)
+	put, skips, denied, blocked := c.put, c.skips, c.denied, c.blocked
 	if len(put) > 0 {
 		if err := r.p.Store.PutSources(r.ctx, r.job.ID, put); err != nil {
 			return 0, fmt.Errorf("store pages: %w", err)
@@ -449,6 +400,101 @@ func (r *run) collect(id string) (int, error) {
 		return 0, err
 	}
 	return crawled, nil
+}
+
+// crawlResult is what the crawler's output adds to the job: the sources to
+// store (blocked of them behind an anti-bot challenge), every skipped URL
+// with its reason, and those the network policy refused.
+type crawlResult struct {
+	put     []store.Source
+	blocked int
+	skips   []store.Skip
+	denied  []spec.Skipped
+}
+
+// crawledSources maps the crawler's output onto the job's sources: a seed's
+// page fills its source, a page found by following a link keeps the
+// number it got when a retried Crawl stored it before or takes the next
+// one, and a seed behind an anti-bot challenge is marked blocked.
+//
+// The output comes from the sandbox and is not trusted to be consistent:
+// a number is given once (the store refuses a batch that names one twice,
+// which would fail the crawl), to the first page that claims it, a seed
+// with a page is not blocked, and a reason the spec does not know becomes
+// fetch_error with what the crawler said.
+func crawledSources(sources []store.Source, out spec.Output) crawlResult {
+	byN := map[int]store.Source{}
+	byKey := map[string]int{}
+	next := 0
+	for _, s := range sources {
+		byN[s.N] = s
+		if u, err := urlnorm.Normalize(s.URL); err == nil {
+			byKey[urlnorm.Key(u)] = s.N
+		}
+		next = max(next, s.N)
+	}
+	var c crawlResult
+	taken := map[int]bool{}
+	for _, pg := range out.Pages {
+		if strings.TrimSpace(pg.Content) == "" {
+			continue
+		}
+		s, seed := byN[pg.N]
+		if pg.Parent != "" || !seed {
+			u, err := urlnorm.Normalize(pg.URL)
+			if n, ok := byKey[urlnorm.Key(u)]; err == nil && ok {
+				s = byN[n]
+			} else {
+				next++
+				s = store.Source{N: next, URL: pg.URL}
+				if err == nil {
+					// A second page of the same URL is the same source.
+					byKey[urlnorm.Key(u)] = s.N
+					byN[s.N] = s
+				}
+			}
+		}
+		if taken[s.N] {
+			continue
+		}
+		taken[s.N] = true
+		s.Origin = store.OriginCrawl
+		s.Content = pg.Content
+		s.FinalURL, s.Mode, s.Pages = pg.FinalURL, pg.Mode, pg.Pages
+		if pg.Title != "" {
+			s.Title = pg.Title
+		}
+		if s.Snippet == "" {
+			s.Snippet = pg.Description
+		}
+		s.Truncated = s.Truncated || pg.Truncated
+		c.put = append(c.put, s)
+	}
+	c.skips = make([]store.Skip, 0, len(out.Skipped))
+	for _, sk := range out.Skipped {
+		reason, msg := sk.Reason, sk.Message
+		if !spec.KnownReason(reason) {
+			// A crawler of another version: keep what it said.
+			reason, msg = spec.ReasonFetchError, strings.TrimSpace(sk.Reason+": "+sk.Message)
+		}
+		if reason == spec.ReasonPolicy {
+			c.denied = append(c.denied, sk)
+		}
+		u, err := urlnorm.Normalize(sk.URL)
+		n, known := byKey[urlnorm.Key(u)]
+		if err != nil || !known {
+			n = 0
+		}
+		c.skips = append(c.skips, store.Skip{URL: sk.URL, Reason: reason, Message: msg, N: n})
+		if reason == spec.ReasonChallenge && n > 0 && !taken[n] {
+			taken[n] = true
+			s := byN[n]
+			s.Origin = OriginBlocked
+			c.put = append(c.put, s)
+			c.blocked++
+		}
+	}
+	return c
 }
 
 // readOutput reads output.json through the file API in chunks. Some

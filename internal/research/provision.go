@@ -62,11 +62,13 @@ func (r *run) provision() (ProvisionOutput, error) {
 	// output, summarize and clean up; the provider ends it past that.
 	lifetime := max(r.p.Config.Sandbox.Lifetime.D(), b.Duration+15*time.Minute)
 	sb, err := r.ensureSandbox(providers.CreateSpec{
+		// Named after the job's key, which carries its tenant; the
+		// labels carry the readable tenant and id, as a session's do.
 		Name: r.job.ID,
 		Labels: map[string]string{
 			providers.LabelOwner:  "sandstep",
 			providers.LabelTenant: r.job.Tenant,
-			providers.LabelJob:    r.job.ID,
+			providers.LabelJob:    r.job.ClientID,
 		},
 		Network:     providers.NetworkPolicy{Mode: providers.NetworkAll},
 		Secrets:     r.agentSecrets(),

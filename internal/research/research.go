@@ -61,6 +61,9 @@ type Phases struct {
 
 // Input is what every phase receives from the state machine.
 type Input struct {
+	// JobID is the job's internal key (package ids), which names its store
+	// record, execution and sandbox; never the client's id, which is unique
+	// within its tenant only.
 	JobID     string `json:"job_id"`
 	SandboxID string `json:"sandbox_id,omitempty"`
 }
@@ -150,7 +153,7 @@ func (p *Phases) begin(ctx context.Context, phase string, in Input) (*run, error
 		}
 		return nil, fmt.Errorf("%s: start: %w", phase, err)
 	}
-	r := &run{p: p, job: job, req: req, log: p.logger().With("job_id", job.ID, "phase", phase)}
+	r := &run{p: p, job: job, req: req, log: p.logger().With("job_key", job.ID, "tenant", job.Tenant, "job_id", job.ClientID, "phase", phase)}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	go r.watch()
 	return r, nil

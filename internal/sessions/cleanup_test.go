@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
-// sessionKey mirrors the service's store key: sessions belong to tenants.
-func sessionKey(tenant, id string) string { return tenant + "/" + id }
+// sessionKey is the service's store key: sessions belong to tenants.
+func sessionKey(tenant, id string) string { return ids.SessionKey(tenant, id) }
 
 // The cleanup deletes exactly the sessions idle past the TTL at the time
 // it runs: their volumes, sandboxes and records, with an event saying so

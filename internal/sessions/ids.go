@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/ids"
@@ -16,15 +15,6 @@ const MaxIDLen = ids.MaxLen
 // ValidID reports whether id is a session or run id (the rule of package
 // ids).
 func ValidID(id string) bool { return ids.Valid(id) }
-
-// sessionKey is a session's key in the store: sessions belong to their
-// tenant, so two tenants may use the same id without meeting. Tenant names
-// have no "/".
-func sessionKey(tenant, id string) string { return tenant + "/" + id }
-
-func splitKey(key string) (tenant, id string, ok bool) {
-	return strings.Cut(key, "/")
-}
 
 // sessionOwner is the ledger owner of a session's sandboxes.
 func sessionOwner(key string) string { return "session:" + key }
@@ -44,32 +34,10 @@ func volumeSlug(key string) string { return "ws-" + keyHash(key, 24) }
 // sandboxName is a new sandbox of the session. Each sandbox gets its own
 // name, and so its own ledger entry: an entry closed by the cleanup can
 // never be the one a run has just begun for its next sandbox.
-func sandboxName(key string) string { return "ss-" + keyHash(key, 16) + "-" + randomBase32(8) }
+func sandboxName(key string) string { return "ss-" + keyHash(key, 16) + "-" + ids.Random(8) }
 
-// crockford is Crockford's base32 in lower case: its digits sort in ASCII
-// order, so ids that start with the time sort in time order.
-const crockford = "0123456789abcdefghjkmnpqrstvwxyz"
-
-// newRunID returns a ULID-shaped id: 10 characters of Unix milliseconds,
-// then 16 random ones.
-func newRunID(now time.Time) string {
-	var b [10]byte
-	ms := uint64(now.UnixMilli())
-	for i := 9; i >= 0; i-- {
-		b[i] = crockford[ms&31]
-		ms >>= 5
-	}
-	return string(b[:]) + randomBase32(16)
-}
-
-func randomBase32(n int) string {
-	rnd := make([]byte, n)
-	_, _ = rand.Read(rnd) // crypto/rand.Read never fails
-	for i, x := range rnd {
-		rnd[i] = crockford[x&31]
-	}
-	return string(rnd)
-}
+// newRunID returns a run id: ULID-shaped, so that runs sort by time.
+func newRunID(now time.Time) string { return ids.New(now) }
 
 // newMark is the line marker of a run's result: random per run, so code
 // that does not know it cannot forge a result by printing it.

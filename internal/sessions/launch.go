@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/sandstep/sandstep/internal/ids"
 )
 
 // Task names a recorded run for an executor elsewhere: its code waits in
@@ -76,7 +78,7 @@ func (s *Service) ExecuteStored(ctx context.Context, t Task) error {
 	if !ValidID(t.SessionID) || !ValidID(t.RunID) || t.Tenant == "" {
 		return invalid("task", "a task names a tenant, a session and a run")
 	}
-	key := sessionKey(t.Tenant, t.SessionID)
+	key := ids.SessionKey(t.Tenant, t.SessionID)
 	run, err := s.rec.getRun(ctx, key, t.RunID)
 	if errors.Is(err, errNoRecord) {
 		return &Error{Kind: KindNotFound, Message: "run " + t.RunID + " is not recorded"}

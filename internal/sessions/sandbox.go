@@ -17,8 +17,7 @@ import (
 // holds is waited for; one held longer than any run may take is taken
 // back from its holder, whose process is gone.
 func (s *Service) acquire(ctx context.Context, sess store.Session) (store.Session, error) {
-	key := sess.ID
-	_, id, _ := splitKey(key)
+	key, id := sess.ID, sess.ClientID
 	for attempt := 0; ; attempt++ {
 		switch sess.State {
 		case store.SessionIdle:
@@ -194,8 +193,7 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	if err := s.ensureVolume(ctx, *sess); err != nil {
 		return "", err
 	}
-	key := sess.ID
-	tenant, id, _ := splitKey(key)
+	key, tenant, id := sess.ID, sess.Tenant, sess.ClientID
 	start := time.Now()
 	name := sandboxName(key)
 	labels := map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id}
@@ -232,7 +230,7 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 		// The volume is still mounted by a sandbox of this session that
 		// nothing refers to any more: the run holds the session, so it is
 		// a leftover.
-		s.terminateStrays(ctx, key)
+		s.terminateStrays(ctx, *sess)
 		sb, err = s.prov.Create(ctx, spec)
 	}
 	if err != nil {
@@ -294,7 +292,7 @@ func (s *Service) ensureVolume(ctx context.Context, sess store.Session) error {
 	if ok {
 		return nil
 	}
-	tenant, id, _ := splitKey(sess.ID)
+	tenant, id := sess.Tenant, sess.ClientID
 	_, err := s.prov.CreateVolume(ctx, providers.VolumeSpec{
 		Slug:       sess.VolumeSlug,
 		Labels:     map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id},
@@ -351,7 +349,8 @@ func (s *Service) terminate(ctx context.Context, key, id, reason string) {
 // terminateStrays ends every live sandbox of the session: those the
 // ledger holds for it and, where the provider can list, those carrying its
 // labels.
-func (s *Service) terminateStrays(ctx context.Context, key string) {
+func (s *Service) terminateStrays(ctx context.Context, sess store.Session) {
+	key := sess.ID
 	entries, err := s.st.LedgerListByOwner(ctx, sessionOwner(key))
 	if err != nil {
 		s.log.Warn("listing a session's sandboxes", "session", key, "err", err)
@@ -367,12 +366,13 @@ func (s *Service) terminateStrays(ctx context.Context, key string) {
 		s.closeEntry(ctx, e.Name, "create never confirmed")
 	}
 	caps, err := s.capabilities(ctx)
-	if err != nil || !caps.ListByLabels {
+	// A record from before sessions kept their client's id has no labels
+	// to look for; its sandboxes are in the ledger.
+	if err != nil || !caps.ListByLabels || sess.ClientID == "" {
 		return
 	}
-	tenant, id, _ := splitKey(key)
 	list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{
-		providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id,
+		providers.LabelOwner: "sandstep", providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID,
 	}})
 	if err != nil {
 		s.log.Warn("listing a session's sandboxes at the provider", "session", key, "err", s.redact.Error(err))
@@ -397,7 +397,7 @@ func (s *Service) closeEntry(ctx context.Context, name, reason string) {
 func (s *Service) finishDelete(ctx context.Context, sess store.Session, typ, reason string) (store.Session, error) {
 	key := sess.ID
 	s.terminate(ctx, key, sess.SandboxID, reason)
-	s.terminateStrays(ctx, key)
+	s.terminateStrays(ctx, sess)
 	if err := s.deleteVolume(ctx, sess.VolumeSlug); err != nil {
 		return sess, err
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -237,9 +238,8 @@ type View struct {
 }
 
 func (s *Service) view(ctx context.Context, sess store.Session) View {
-	_, id, _ := splitKey(sess.ID)
 	v := View{
-		ID: id, Tenant: sess.Tenant, State: sess.State, Mode: s.cfg.Mode, Volume: sess.VolumeSlug,
+		ID: sess.ClientID, Tenant: sess.Tenant, State: sess.State, Mode: s.cfg.Mode, Volume: sess.VolumeSlug,
 		SandboxID: sess.SandboxID, CreatedAt: sess.CreatedAt, LastAccessedAt: sess.LastAccessedAt,
 		ExpiresAt: sess.IdleExpiresAt, DeletedAt: sess.DeletedAt, Dependencies: DepsNone,
 	}
@@ -279,7 +279,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (View, error) {
 	if err := s.check(id); err != nil {
 		return View{}, err
 	}
-	sess, err := s.st.GetSession(ctx, sessionKey(tenant, id))
+	sess, err := s.st.GetSession(ctx, ids.SessionKey(tenant, id))
 	if errors.Is(err, store.ErrNotFound) {
 		return View{}, notFound(id)
 	}
@@ -338,7 +338,7 @@ func (s *Service) snapshotReady(ctx context.Context) error {
 // record returns the session, creating it when there is none. A deleted
 // session is KindGone unless reopen is set, which starts it again.
 func (s *Service) record(ctx context.Context, tenant, id string, reopen bool) (store.Session, bool, error) {
-	key := sessionKey(tenant, id)
+	key := ids.SessionKey(tenant, id)
 	sess, err := s.st.GetSession(ctx, key)
 	switch {
 	case err == nil && sess.State == store.SessionDeleting:
@@ -350,7 +350,7 @@ func (s *Service) record(ctx context.Context, tenant, id string, reopen bool) (s
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return sess, false, s.unavailable(err)
 	}
-	sess, created, err := s.st.CreateSession(ctx, store.NewSession{ID: key, Tenant: tenant, VolumeSlug: volumeSlug(key), IdleTTL: s.ttl()})
+	sess, created, err := s.st.CreateSession(ctx, store.NewSession{ID: key, Tenant: tenant, ClientID: id, VolumeSlug: volumeSlug(key), IdleTTL: s.ttl()})
 	if err != nil {
 		return sess, false, s.unavailable(err)
 	}
@@ -363,7 +363,7 @@ func (s *Service) record(ctx context.Context, tenant, id string, reopen bool) (s
 
 // gone describes a deleted session: when, and whether it expired.
 func (s *Service) gone(ctx context.Context, sess store.Session) *Error {
-	_, id, _ := splitKey(sess.ID)
+	id := sess.ClientID
 	why := "was deleted"
 	if evs, err := s.rec.events(ctx, sess.ID, 0); err == nil {
 		for i := len(evs) - 1; i >= 0; i-- {
@@ -385,7 +385,7 @@ func (s *Service) Events(ctx context.Context, tenant, id string, after int64) ([
 	if err := s.check(id); err != nil {
 		return nil, err
 	}
-	key := sessionKey(tenant, id)
+	key := ids.SessionKey(tenant, id)
 	if _, err := s.st.GetSession(ctx, key); errors.Is(err, store.ErrNotFound) {
 		return nil, notFound(id)
 	} else if err != nil {
@@ -405,7 +405,7 @@ func (s *Service) Delete(ctx context.Context, tenant, id string) (View, error) {
 	if err := s.check(id); err != nil {
 		return View{}, err
 	}
-	key := sessionKey(tenant, id)
+	key := ids.SessionKey(tenant, id)
 	sess, err := s.st.GetSession(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
 		return View{}, notFound(id)
@@ -482,7 +482,7 @@ func (s *Service) Run(ctx context.Context, tenant, id string, req RunRequest) (R
 	if err != nil {
 		return Run{}, err
 	}
-	key := sessionKey(tenant, id)
+	key := ids.SessionKey(tenant, id)
 	now := time.Now()
 	run := Run{ID: newRunID(now), Tenant: tenant, SessionID: id, Status: RunRunning, Language: req.Language, Timeout: req.Timeout, CreatedAt: now}
 	if s.launcher != nil {
@@ -573,7 +573,7 @@ func (s *Service) GetRun(ctx context.Context, tenant, id, runID string) (Run, er
 	if !ValidID(runID) {
 		return Run{}, invalid("run_id", "a run id is 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", MaxIDLen)
 	}
-	run, err := s.rec.getRun(ctx, sessionKey(tenant, id), runID)
+	run, err := s.rec.getRun(ctx, ids.SessionKey(tenant, id), runID)
 	if errors.Is(err, errNoRecord) {
 		return Run{}, &Error{Kind: KindNotFound, Message: fmt.Sprintf("run %q of session %q not found", runID, id)}
 	}

@@ -87,8 +87,13 @@ const (
 
 // Job is the job record.
 type Job struct {
+	// ID is the job's internal key (ids.JobKey of Tenant and ClientID):
+	// store key, execution name, sandbox name.
 	ID     string
 	Tenant string
+	// ClientID is the id the client knows the job by, unique within its
+	// tenant only; "" in records written before keys were per tenant.
+	ClientID string
 	// Request is the submitted request, as JSON.
 	Request json.RawMessage
 	// RequestHash identifies the request for idempotent resubmission.
@@ -129,6 +134,7 @@ func (j Job) Step(id StepID) Step {
 type NewJob struct {
 	ID          string
 	Tenant      string
+	ClientID    string
 	Request     json.RawMessage
 	RequestHash string
 }
@@ -141,8 +147,9 @@ func jobKey(id string) map[string]types.AttributeValue {
 
 // CreateJob writes a new queued job with every step pending, unless a job
 // with that id exists. For an existing job it returns that job and
-// created=false; if the existing job has another tenant or request hash, the
-// error is ErrConflict (an id reused for a different request).
+// created=false; if the existing job has another tenant, client id or
+// request hash, the error is ErrConflict (an id reused for a different
+// request).
 func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool, err error) {
 	if err := checkID("job id", nj.ID); err != nil {
 		return Job{}, false, err
@@ -163,6 +170,9 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool
 	}
 	item := jobKey(nj.ID)
 	item["tenant"] = avS(nj.Tenant)
+	if nj.ClientID != "" {
+		item["client_id"] = avS(nj.ClientID)
+	}
 	item["request"] = avS(string(nj.Request))
 	item["request_hash"] = avS(nj.RequestHash)
 	item["status"] = avS(string(StatusQueued))
@@ -192,7 +202,7 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool
 	} else {
 		job = jobFromItem(old)
 	}
-	if job.Tenant != nj.Tenant || job.RequestHash != nj.RequestHash {
+	if job.Tenant != nj.Tenant || job.ClientID != nj.ClientID || job.RequestHash != nj.RequestHash {
 		return job, false, fmt.Errorf("job %s exists with a different request: %w", nj.ID, ErrConflict)
 	}
 	return job, false, nil
@@ -397,6 +407,7 @@ func jobFromItem(item map[string]types.AttributeValue) Job {
 	j := Job{
 		ID:                getS(item, "pk"),
 		Tenant:            getS(item, "tenant"),
+		ClientID:          getS(item, "client_id"),
 		RequestHash:       getS(item, "request_hash"),
 		Status:            Status(getS(item, "status")),
 		Phase:             getS(item, "phase"),

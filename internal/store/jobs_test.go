@@ -100,6 +100,28 @@ func TestCreateJobIdempotent(t *testing.T) {
 	}
 }
 
+// The record keeps the client's id beside the key; the same key under
+// another client id is a different job (a key collision), never a match.
+func TestCreateJobKeepsClientID(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	nj := store.NewJob{ID: "j-key", Tenant: "acme", ClientID: "report-7", Request: json.RawMessage(`{"query":"q"}`), RequestHash: "h1"}
+	if _, created, err := s.CreateJob(ctx, nj); err != nil || !created {
+		t.Fatalf("create = %v, %v", created, err)
+	}
+	got, err := s.GetJob(ctx, "j-key")
+	if err != nil || got.ClientID != "report-7" || got.Tenant != "acme" {
+		t.Fatalf("GetJob = %+v, %v; want client id report-7", got, err)
+	}
+	if again, created, err := s.CreateJob(ctx, nj); err != nil || created || again.ClientID != "report-7" {
+		t.Fatalf("resubmit = %+v, %v, %v", again, created, err)
+	}
+	nj.ClientID = "report-8"
+	if _, _, err := s.CreateJob(ctx, nj); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("same key, other client id: %v, want ErrConflict", err)
+	}
+}
+
 func TestCreateJobRefusesBadInput(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := testCtx(t)

@@ -27,8 +27,13 @@ const (
 
 // Session is a run_code session: its volume and, while kept, its sandbox.
 type Session struct {
-	ID         string
-	Tenant     string
+	// ID is the session's internal key (ids.SessionKey of Tenant and
+	// ClientID).
+	ID     string
+	Tenant string
+	// ClientID is the id the client knows the session by, unique within
+	// its tenant only.
+	ClientID   string
 	VolumeSlug string
 	SandboxID  string
 	State      SessionState
@@ -68,14 +73,15 @@ func gsiState(id string, st SessionState) string {
 type NewSession struct {
 	ID         string
 	Tenant     string
+	ClientID   string
 	VolumeSlug string
 	// IdleTTL is how long after the last access the volume may be deleted.
 	IdleTTL time.Duration
 }
 
-// CreateSession records a new idle session, or returns the existing one with
-// created=false (ErrConflict if it belongs to another tenant). A deleted
-// session's id may be used again: that starts a new record.
+// CreateSession records a new idle session, or returns the existing one
+// with created=false (ErrConflict if it belongs to another tenant or client
+// id). A deleted session's id may be used again: that starts a new record.
 func (s *Store) CreateSession(ctx context.Context, ns NewSession) (Session, bool, error) {
 	if err := checkID("session id", ns.ID); err != nil {
 		return Session{}, false, err
@@ -86,6 +92,9 @@ func (s *Store) CreateSession(ctx context.Context, ns NewSession) (Session, bool
 	now := s.now()
 	item := sessionKey(ns.ID)
 	item["tenant"] = avS(ns.Tenant)
+	if ns.ClientID != "" {
+		item["client_id"] = avS(ns.ClientID)
+	}
 	item["volume_slug"] = avS(ns.VolumeSlug)
 	item["state"] = avS(string(SessionIdle))
 	item["gsi_state"] = avS(gsiState(ns.ID, SessionIdle))
@@ -108,8 +117,8 @@ func (s *Store) CreateSession(ctx context.Context, ns NewSession) (Session, bool
 	if cur.ID == "" {
 		return Session{}, false, err
 	}
-	if cur.Tenant != ns.Tenant {
-		return cur, false, fmt.Errorf("session %s belongs to another tenant: %w", ns.ID, ErrConflict)
+	if cur.Tenant != ns.Tenant || cur.ClientID != ns.ClientID {
+		return cur, false, fmt.Errorf("session %s belongs to another tenant or id: %w", ns.ID, ErrConflict)
 	}
 	return cur, false, nil
 }
@@ -265,6 +274,7 @@ func sessionFromItem(item map[string]types.AttributeValue) Session {
 	return Session{
 		ID:             getS(item, "pk"),
 		Tenant:         getS(item, "tenant"),
+		ClientID:       getS(item, "client_id"),
 		VolumeSlug:     getS(item, "volume_slug"),
 		SandboxID:      getS(item, "sandbox_id"),
 		State:          SessionState(getS(item, "state")),

@@ -24,6 +24,16 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, _, err := s.CreateSession(ctx, store.NewSession{ID: "s1", Tenant: "evil", VolumeSlug: "v"}); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("another tenant's id: %v, want ErrConflict", err)
 	}
+	if _, _, err := s.CreateSession(ctx, store.NewSession{ID: "s1", Tenant: "acme", ClientID: "other", VolumeSlug: "v"}); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("same key, other client id: %v, want ErrConflict", err)
+	}
+	ck, _, err := s.CreateSession(ctx, store.NewSession{ID: "s-key", Tenant: "acme", ClientID: "notebook", VolumeSlug: "vol-k", IdleTTL: time.Hour})
+	if err != nil || ck.ClientID != "notebook" {
+		t.Fatalf("create with a client id = %+v, %v", ck, err)
+	}
+	if got, err := s.GetSession(ctx, "s-key"); err != nil || got.ClientID != "notebook" {
+		t.Fatalf("GetSession = %+v, %v; want client id notebook", got, err)
+	}
 
 	run, err := s.BeginRun(ctx, "s1", 1, time.Hour)
 	if err != nil || run.State != store.SessionRunning || run.Version != 2 {

@@ -367,28 +367,38 @@ func (p *Provider) readAPI(ctx context.Context, cfg *settings, op, id, file stri
 		p.log.Debug("files/read failed; reading through exec", "id", id, "path", file, "error", err.Error())
 		return nil, false
 	}
-	data := a.body
-	if strings.Contains(a.ctype, "json") {
-		var m struct {
-			Content  *string `json:"content"`
-			Encoding string  `json:"encoding"`
-		}
-		if err := json.Unmarshal(a.body, &m); err != nil || m.Content == nil {
-			p.log.Debug("files/read answered something unparsable; reading through exec", "id", id, "path", file)
-			return nil, false
-		}
-		data = []byte(*m.Content)
-		if strings.EqualFold(m.Encoding, "base64") {
-			if data, err = base64.StdEncoding.DecodeString(*m.Content); err != nil {
-				return nil, false
-			}
-		}
+	data, err := fileContent(a.ctype, a.body)
+	if err != nil {
+		p.log.Debug("files/read answered something unparsable; reading through exec", "id", id, "path", file, "error", err.Error())
+		return nil, false
 	}
 	if int64(len(data)) != size {
 		p.log.Debug("files/read came back with another size than the file's; reading through exec", "id", id, "path", file, "got", len(data), "size", size)
 		return nil, false
 	}
 	return data, true
+}
+
+// fileContent decodes a files/read answer: the raw bytes, or a JSON
+// {content, encoding} with the content as text or base64.
+func fileContent(ctype string, body []byte) ([]byte, error) {
+	if !strings.Contains(ctype, "json") {
+		return body, nil
+	}
+	var m struct {
+		Content  *string `json:"content"`
+		Encoding string  `json:"encoding"`
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	if m.Content == nil {
+		return nil, errors.New("the answer has no content")
+	}
+	if strings.EqualFold(m.Encoding, "base64") {
+		return base64.StdEncoding.DecodeString(*m.Content)
+	}
+	return []byte(*m.Content), nil
 }
 
 // readChunks reads bytes [start, end) of file through exec, chunk by chunk,
@@ -464,23 +474,34 @@ func (p *Provider) ListFiles(ctx context.Context, id, dir string) ([]providers.F
 	default:
 		return nil, providers.Errorf(providers.Internal, op, "unexpected answer listing %s: %q", dir, clip(out))
 	}
-	z := slices.Index(lines, "Z")
-	if z < 0 {
-		return nil, providers.Errorf(providers.Internal, op, "the listing of %s came back incomplete", dir)
-	}
-	raw, err := decodeLines(lines[1:z])
+	files, err := parseListing(lines, dir)
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, err)
 	}
+	return files, nil
+}
+
+// parseListing reads the answer of listScript past its "ok" head: base64
+// lines up to "Z" of NUL-separated find records (ok gnu) or stat lines (ok
+// stat).
+func parseListing(lines []string, dir string) ([]providers.FileInfo, error) {
+	z := slices.Index(lines, "Z")
+	if z < 1 {
+		return nil, fmt.Errorf("the listing of %s came back incomplete", dir)
+	}
+	raw, err := decodeLines(lines[1:z])
+	if err != nil {
+		return nil, err
+	}
 	var files []providers.FileInfo
-	if head == "ok gnu" {
+	if lines[0] == "ok gnu" {
 		for rec := range bytes.SplitSeq(raw, []byte{0}) {
 			if len(rec) == 0 {
 				continue
 			}
 			fi, err := parseFindRecord(string(rec), dir)
 			if err != nil {
-				return nil, providers.Wrap(providers.Internal, op, err)
+				return nil, err
 			}
 			files = append(files, fi)
 		}
@@ -493,7 +514,7 @@ func (p *Provider) ListFiles(ctx context.Context, id, dir string) ([]providers.F
 		}
 		fi, err := parseStatLine(line, dir)
 		if err != nil {
-			return nil, providers.Wrap(providers.Internal, op, err)
+			return nil, err
 		}
 		files = append(files, fi)
 	}
