@@ -473,7 +473,7 @@ func TestReport(t *testing.T) {
 	details := `{"sources":[{"n":1,"url":"https://example.com/a","final_url":"https://example.com/a","title":"A","mode":"pdf","chars":10,"truncated":false,"pages":2}],` +
 		`"not_used":[{"url":"https://example.com/c","reason":"challenge","message":"an anti-bot challenge page"}],` +
 		`"citations":{"total":4,"supported":3,"unsupported":1,"accuracy":0.75,"removed":1,"method":"extractive","threshold":0.5,"action":"annotate","flagged":[]}}`
-	if err := e.store.WriteReport(ctx, "rp-1", store.Report{Markdown: md, Complete: true, Details: []byte(details)}); err != nil {
+	if err := e.store.WriteReport(ctx, acmeKey("rp-1"), store.Report{Markdown: md, Complete: true, Details: []byte(details)}); err != nil {
 		t.Fatal(err)
 	}
 	r = e.run("report", "rp-1")
