@@ -33,16 +33,22 @@ func BenchmarkDeepResearchOverhead(b *testing.B) {
 		JobID  string `json:"job_id"`
 		Offset int    `json:"offset"`
 	}
-	ok := func(context.Context, in) (map[string]any, error) { return map[string]any{"ok": true, "summarize": true}, nil }
+	ok := func(context.Context, in) (map[string]any, error) {
+		return map[string]any{"ok": true, "summarize": true}, nil
+	}
 	fns := engine.Functions{
-		"DiscoverFunction":  ok,
-		"ProvisionFunction": func(context.Context, in) (map[string]any, error) { return map[string]any{"ok": true, "sandbox_id": "sb"}, nil },
+		"DiscoverFunction": ok,
+		"ProvisionFunction": func(context.Context, in) (map[string]any, error) {
+			return map[string]any{"ok": true, "sandbox_id": "sb"}, nil
+		},
 		"CrawlFunction": func(_ context.Context, i in) (map[string]any, error) {
 			return map[string]any{"done": i.Offset >= 2, "offset": i.Offset + 1, "sources": 3}, nil
 		},
 		"SummarizeFunction": ok,
 		"ReportFunction":    ok,
-		"CleanupFunction":   func(context.Context, map[string]any) (map[string]any, error) { return map[string]any{"status": "succeeded"}, nil },
+		"CleanupFunction": func(context.Context, map[string]any) (map[string]any, error) {
+			return map[string]any{"status": "succeeded"}, nil
+		},
 	}
 	for _, durable := range []bool{false, true} {
 		name := "memory"
