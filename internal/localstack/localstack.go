@@ -105,6 +105,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	started := time.Now()
 	s := &Stack{log: log}
 	defer func() {
 		if err != nil {
@@ -128,6 +129,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
+		// Where to look at the tables with any DynamoDB client.
+		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
 		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
 	}
 	if s.App, err = app.New(cfg, st, log); err != nil {
@@ -152,6 +155,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		"ReportFunction":    s.App.Phases.Report,
 		"CleanupFunction":   s.App.Phases.Cleanup,
 	})
+	if faultHook != nil {
+		inv = faultHook(inv)
+	}
 	if opts.WrapInvoker != nil {
 		inv = opts.WrapInvoker(inv)
 	}
@@ -162,6 +168,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Invoker:              inv,
 		StatusChangeFunction: StatusChangeFunction,
 		CancelGrace:          opts.CancelGrace,
+		Store:                st,
 		Clock:                opts.Clock,
 		Logger:               log,
 	})
@@ -175,6 +182,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.startSessions(ctx, opts, st, db); err != nil {
 		return nil, err
 	}
+	s.recover(ctx, started)
+	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
 		Store:     st,
 		Executor:  s.Engine,
@@ -207,13 +216,19 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 			}
 		}
 	}
-	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions, Logger: s.log}
+	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions,
+		Executions: s.Engine, CancelGrace: opts.CancelGrace, Logger: s.log}
+	return nil
+}
+
+// startReaper runs the cleanup every reaper_interval.
+func (s *Stack) startReaper(opts Options) {
 	interval := opts.ReaperInterval
 	if interval == 0 {
-		interval = cfg.Sessions.ReaperInterval.D()
+		interval = opts.Config.Sessions.ReaperInterval.D()
 	}
 	if interval < 0 {
-		return nil
+		return
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	s.stopReaper, s.reaperDone = stop, make(chan struct{})
@@ -231,7 +246,6 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 			}
 		}
 	}()
-	return nil
 }
 
 // stateMachine reads a state machine's definition and its substitutions

@@ -139,7 +139,9 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		step("expired sessions", &c.SessionsExpired, func() (int, error) { return sv.ExpireIdle(ctx, now) })
 		step("unfinished deletions", &c.DeletionsResumed, func() (int, error) { return sv.FinishDeletions(ctx) })
 		if since != nil {
-			step("sandboxes of sessions not in use", &c.SandboxesIdle, func() (int, error) { return sv.CloseSandboxesUnusedSince(ctx, *since) })
+			// Not one of them is in use: the server serves no run yet, and
+			// the sessions taken back above count as used just now.
+			step("sandboxes of sessions not in use", &c.SandboxesIdle, func() (int, error) { return sv.CloseSandboxesUnusedSince(ctx, time.Now()) })
 		} else {
 			step("idle sandboxes", &c.SandboxesIdle, func() (int, error) { return sv.CloseIdleSandboxes(ctx, now) })
 		}
