@@ -205,14 +205,31 @@ func (l *Local) statusChange(name string, res asl.Result) bool {
 			"cause":           res.Cause,
 		},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := l.opts.Invoker.Invoke(ctx, LocalARN(l.opts.StatusChangeFunction), ev); err != nil {
-		l.log.Error("status-change cleanup failed", "job_id", name, "err", err)
-		return false
+	// EventBridge invokes its target asynchronously, and Lambda retries a
+	// failed asynchronous invocation twice; so does this.
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		_, err := l.opts.Invoker.Invoke(ctx, LocalARN(l.opts.StatusChangeFunction), ev)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if attempt == statusChangeRetries {
+			l.log.Error("status-change cleanup failed", "job_id", name, "attempts", attempt+1, "err", err)
+			return false
+		}
+		l.log.Warn("status-change cleanup failed; retrying", "job_id", name, "err", err)
+		time.Sleep(statusChangeDelay << attempt)
 	}
-	return true
 }
+
+// statusChangeRetries and statusChangeDelay shape the retries of the
+// status-change invocation (Lambda waits minutes between them; a local
+// server need not).
+const (
+	statusChangeRetries = 2
+	statusChangeDelay   = time.Second
+)
 
 // Cancel stops the job's execution if it is still running after the grace
 // period; phases normally end it sooner by failing with JobCancelled. A job

@@ -93,3 +93,10 @@ func (c *controller) setDecide(f func(question) answer) {
 	defer c.mu.Unlock()
 	c.decide = f
 }
+
+// clear drops the rules no invocation matched.
+func (c *controller) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rules = nil
+}

@@ -150,6 +150,8 @@ type world struct {
 	mu     sync.Mutex
 	srv    *server
 	starts int
+	// orphans counts processes that outlived their server.
+	orphans int
 }
 
 func newWorld(t testing.TB) *world {
@@ -216,6 +218,8 @@ func (w *world) start() *server {
 		"SANDSTEP_FAULTS_URL=" + w.faults.URL,
 		"SANDSTEP_TEST_SANDY_KEY=" + sandyKey,
 		"SANDSTEP_AGENT_TOKEN=agent-token",
+		// Providers that cannot mount the crawler get it uploaded.
+		"SANDSTEP_CRAWLER=" + filepath.Join(bins.tools, testbin.Crawler),
 	}
 	endpoint := make(chan [2]string, 1)
 	cmd.Stderr = &logScanner{w: logFile, onLine: func(line []byte) {
@@ -299,6 +303,7 @@ func (w *world) kill() {
 	for _, c := range children {
 		if !awaitExit(c.pid, 20*time.Second) {
 			syscall.Kill(c.pid, syscall.SIGKILL)
+			w.orphans++
 			w.t.Errorf("%s (pid %d) outlived its server %d", c.comm, c.pid, s.pid)
 		}
 	}
@@ -400,6 +405,7 @@ func (w *world) noOrphanPlugins() {
 			// A plugin may exit on its own a moment after its host
 			// died; only one that stays is an orphan.
 			if !awaitExit(p.pid, 5*time.Second) {
+				w.orphans++
 				w.t.Errorf("orphaned plugin process %d (%s), parent %d (%s)", p.pid, exe, p.ppid, parent)
 				syscall.Kill(p.pid, syscall.SIGKILL)
 			}
