@@ -86,7 +86,10 @@ type Stack struct {
 	reaperDone chan struct{}
 }
 
-// Start brings the stack up; Shutdown takes it down.
+// Start brings the stack up; Shutdown takes it down. Before it returns (and
+// so before anything is served), it takes up what a previous process on the
+// same data left behind: executions resume, and the reaper's startup pass
+// ends what nothing claims (see recover.go).
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	cfg := opts.Config
 	log := opts.Logger
