@@ -331,6 +331,17 @@ func (w *world) stop() {
 
 func (w *world) close() {
 	w.stop()
+	if w.t.Failed() {
+		// The data and the servers' logs go with the test's temporary
+		// folder: keep the logs for whoever replays the failure.
+		keep, err := os.MkdirTemp("", "sandstep-soak-logs-")
+		if err == nil {
+			err = os.CopyFS(keep, os.DirFS(w.logs))
+		}
+		if err == nil {
+			w.t.Logf("the servers' logs are kept in %s", keep)
+		}
+	}
 }
 
 func (w *world) server() *server {
