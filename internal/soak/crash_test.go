@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/fixturesite"
 	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -241,4 +243,65 @@ func (w *world) awaitSession(id string, ok func(map[string]any) bool) map[string
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A server that comes back with another state machine definition cannot
+// resume an execution started under the old one: the job fails with a clear
+// error and its cleanup runs, so nothing is left.
+func TestRestartWithAChangedDefinitionFailsTheJobCleanly(t *testing.T) {
+	w := newWorld(t)
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	var pageGate gate
+	page := gatedPage(t, &pageGate)
+	w.search.answer(site.Hosts[0].Page("/a"))
+	w.configure(setup{})
+	w.start()
+	prov := w.provider()
+	entered := pageGate.arm()
+	w.submit("job-changed", []string{page.URL + "/held"})
+	select {
+	case <-entered:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the crawl never began; server log:\n%s", tail(w.server().log))
+	}
+	w.kill()
+	pageGate.open()
+
+	// The same template with one word of the definition changed.
+	root, _ := testbin.Root()
+	dir := t.TempDir()
+	tmpl, err := os.ReadFile(filepath.Join(root, "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := os.ReadFile(filepath.Join(root, "statemachine", "deep-research.asl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(def), `"Comment": "sandstep deep research`, `"Comment": "sandstep deep research, changed`, 1)
+	if changed == string(def) {
+		t.Fatal("the definition's comment moved; change another word")
+	}
+	os.MkdirAll(filepath.Join(dir, "statemachine"), 0o755)
+	os.WriteFile(filepath.Join(dir, "statemachine", "deep-research.asl.json"), []byte(changed), 0o644)
+	os.WriteFile(filepath.Join(dir, "template.yaml"), tmpl, 0o644)
+	w.template = filepath.Join(dir, "template.yaml")
+	s := w.start()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	job, err := w.awaitEnd(ctx, "job-changed")
+	if err != nil {
+		t.Fatalf("%v; server log:\n%s", err, tail(s.log))
+	}
+	msg := fmt.Sprint(job["error"])
+	if job["status"] != "failed" || !strings.Contains(msg, "ResumeFailed") || !strings.Contains(msg, "definition changed") {
+		t.Fatalf("job: %v %q, want failed with ResumeFailed naming the changed definition", job["status"], msg)
+	}
+	st := w.stateStore()
+	if err := checkEvents(st, "job-changed", "failed"); err != nil {
+		t.Error(err)
+	}
+	w.noLeaks(st, prov)
+	awaitNoRecord(t, st, "job-changed")
 }

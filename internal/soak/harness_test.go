@@ -132,6 +132,9 @@ type world struct {
 	search *searx
 	faults *controller
 	cfg    string // config file
+	// template is the template.yaml the server reads ("" = the
+	// repository's).
+	template string
 
 	mu     sync.Mutex
 	srv    *server
@@ -194,13 +197,17 @@ func (w *world) start() *server {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	root, _ := testbin.Root()
+	template := w.template
+	if template == "" {
+		root, _ := testbin.Root()
+		template = filepath.Join(root, "template.yaml")
+	}
 	cmd := exec.Command(bins.cli, "serve", "--config", w.cfg, "--addr", w.addr)
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + w.dir,
 		"SANDSTEP_DEV_TOKEN=" + devToken,
-		"SANDSTEP_TEMPLATE=" + filepath.Join(root, "template.yaml"),
+		"SANDSTEP_TEMPLATE=" + template,
 		"SANDSTEP_FAULTS_URL=" + w.faults.URL,
 		"SANDSTEP_TEST_SANDY_KEY=" + sandyKey,
 		"SANDSTEP_AGENT_TOKEN=agent-token",
