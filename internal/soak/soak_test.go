@@ -59,8 +59,8 @@ type soakReport struct {
 	Faults   map[string]int `json:"faults_injected"`
 	Stuck    int            `json:"stuck_jobs"`
 	Leaked   int            `json:"leaked_sandboxes"`
-	// Unrecorded are Sandy sandboxes whose create was cut by a server
-	// kill before the ledger learnt their id: Sandy has no idempotent
+	// Unrecorded are Sandy sandboxes whose create was cut by a server or
+	// plugin kill before the ledger learnt their id: Sandy has no idempotent
 	// create, no names and no listing, so nothing can find them; they end
 	// at the TTL every sandbox is created with (the job's lifetime).
 	Unrecorded int    `json:"sandy_sandboxes_orphaned_by_a_kill_during_create"`
@@ -86,8 +86,9 @@ type soak struct {
 	mu     sync.Mutex
 	faults map[string]int
 	rep    soakReport
-	// killedDuringRound: the server was killed in this round.
-	killedDuringRound bool
+	// killedDuringRound: the server or a plugin was killed in this
+	// round.
+	killedDuringRound atomic.Bool
 }
 
 func TestSoak(t *testing.T) {
@@ -356,11 +357,11 @@ func (sk *soak) round(round int, provider string, first, n int) {
 		}(p.id)
 	}
 	ended := map[string]string{}
-	sk.killedDuringRound = false
+	sk.killedDuringRound.Store(false)
 	for len(ended) < n {
 		select {
 		case <-killServer:
-			sk.killedDuringRound = true
+			sk.killedDuringRound.Store(true)
 			w.kill()
 			sk.count(faultServerKill)
 			w.start()
@@ -392,6 +393,7 @@ func (sk *soak) killPlugin() {
 	}
 	for _, c := range childrenOf(s.pid) {
 		if strings.HasPrefix(c.comm, pluginComm) && syscall.Kill(c.pid, syscall.SIGKILL) == nil {
+			sk.killedDuringRound.Store(true)
 			sk.count(faultPluginKill)
 		}
 	}
@@ -456,12 +458,12 @@ func (sk *soak) check(provider string, ended map[string]string) {
 			}
 		}
 		for _, id := range sk.sandy.Sandboxes() {
-			if recorded[id] || !sk.killedDuringRound {
+			if recorded[id] || !sk.killedDuringRound.Load() {
 				alive = append(alive, id)
 				continue
 			}
 			sk.rep.Unrecorded++
-			t.Logf("sandy sandbox %s was created by a call a server kill cut short; ending it as its TTL would", id)
+			t.Logf("sandy sandbox %s was created by a call a kill cut short; ending it as its TTL would", id)
 			sk.sandy.Preempt(id)
 		}
 	} else {
