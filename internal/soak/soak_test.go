@@ -292,6 +292,7 @@ var faultAnswers = map[string]answer{
 func (sk *soak) round(round int, provider string, first, n int) {
 	t, w := sk.t, sk.w
 	plans := sk.plan(round, first, n)
+	sk.killedDuringRound.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// Server and plugin kills fall on the k-th question the round asks.
@@ -357,7 +358,6 @@ func (sk *soak) round(round int, provider string, first, n int) {
 		}(p.id)
 	}
 	ended := map[string]string{}
-	sk.killedDuringRound.Store(false)
 	for len(ended) < n {
 		select {
 		case <-killServer:
