@@ -74,8 +74,17 @@ func (w *world) awaitEnd(ctx context.Context, id string) (map[string]any, error)
 			last = seen
 		}
 		if ended {
-			_, job, err := w.do("GET", "/v1/jobs/"+id, nil)
-			return job, err
+			// The server may die right after the end: ask until one answers.
+			for {
+				_, job, err := w.do("GET", "/v1/jobs/"+id, nil)
+				if err == nil || ctx.Err() != nil {
+					return job, err
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
 		}
 		if err != nil {
 			// The server is down or restarting: wait for it.
