@@ -118,12 +118,27 @@ func TestPluginOutlivesTheThreadThatStartedIt(t *testing.T) {
 		err error
 	}
 	ch := make(chan started)
-	go func() {
-		runtime.LockOSThread()
-		c, err := plugin.Start(context.Background(), testOptions(&testlog.Buffer{}))
-		ch <- started{c, unix.Gettid(), err}
-	}()
-	s := <-ch
+	var s started
+	for attempt := 0; ; attempt++ {
+		go func() {
+			runtime.LockOSThread()
+			if unix.Gettid() == os.Getpid() {
+				// The runtime never ends the main thread; it parks it
+				// instead, which would prove nothing.
+				runtime.UnlockOSThread()
+				ch <- started{tid: -1}
+				return
+			}
+			c, err := plugin.Start(context.Background(), testOptions(&testlog.Buffer{}))
+			ch <- started{c, unix.Gettid(), err}
+		}()
+		if s = <-ch; s.tid != -1 {
+			break
+		}
+		if attempt == 20 {
+			t.Fatal("every goroutine ran on the main thread")
+		}
+	}
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
