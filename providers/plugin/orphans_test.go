@@ -118,15 +118,19 @@ func TestPluginOutlivesTheThreadThatStartedIt(t *testing.T) {
 		err error
 	}
 	ch := make(chan started)
+	release := make(chan struct{})
+	defer close(release)
 	var s started
 	for attempt := 0; ; attempt++ {
 		go func() {
 			runtime.LockOSThread()
 			if unix.Gettid() == os.Getpid() {
 				// The runtime never ends the main thread; it parks it
-				// instead, which would prove nothing.
-				runtime.UnlockOSThread()
+				// instead, which would prove nothing. Hold it, so that the
+				// next try runs elsewhere.
 				ch <- started{tid: -1}
+				<-release
+				runtime.UnlockOSThread()
 				return
 			}
 			c, err := plugin.Start(context.Background(), testOptions(&testlog.Buffer{}))
