@@ -14,7 +14,7 @@ TESTFLAGS ?= -race -timeout 20m
 
 include lambda.mk
 
-.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench fuzz run clean
+.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench fuzz soak run clean
 
 build: cli plugins sandbox-tools
 
@@ -70,6 +70,17 @@ fuzz: deps
 
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BIN)/bench.txt
+
+# The fault soak: N research jobs against a real `sandstep serve` with faults
+# injected at random (phase failures, plugin and server kill -9, provider 5xx
+# and 429, cancels), then every invariant checked. SEED replays a run (the
+# seed is printed first). Bounded: 6 s a job plus 10 minutes. CI runs a
+# small N inside `make test`.
+N    ?= 100
+SEED ?=
+soak: deps build
+	SOAK_N=$(N) SOAK_SEED=$(SEED) SOAK_REPORT=$(BIN)/soak.json \
+	  $(GO) test -count=1 -run '^TestSoak$$' -timeout $$(( $(N) * 6 + 600 ))s -v ./internal/soak
 
 run: deps build
 	$(BIN)/sandstep serve

@@ -34,6 +34,8 @@ type Machine struct {
 	region  string
 	timeout time.Duration // 0: none
 	root    *program
+	// fingerprint identifies the definition text after substitution.
+	fingerprint string
 }
 
 // Name returns the state machine's name.
@@ -175,7 +177,7 @@ func Load(definition []byte, opts LoadOptions) (*Machine, error) {
 	if !ok {
 		return nil, &DefinitionError{Reason: "the definition must be a JSON object"}
 	}
-	m := &Machine{name: opts.Name, arn: opts.ARN, region: "local"}
+	m := &Machine{name: opts.Name, arn: opts.ARN, region: "local", fingerprint: fingerprint(text)}
 	if m.name == "" {
 		m.name = "StateMachine"
 	}

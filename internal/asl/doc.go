@@ -34,6 +34,13 @@
 //
 // The history mirrors GetExecutionHistory: Lambda ARN tasks record
 // LambdaFunction* events and arn:aws:states:::lambda:invoke tasks Task*
-// events. The one event of the engine's own, StateRetryScheduled, records
-// each retry with its delay.
+// events. Two events are the engine's own: StateRetryScheduled records each
+// retry with its delay, and ExecutionResumed begins the history of an
+// execution taken up again after its host died.
+//
+// Durability is the host's: WithCheckpoints reports every top-level state
+// boundary (with what a resume needs: the execution's context, the state to
+// run, its input and retry counters), and Machine.Resume takes an execution
+// up from such a checkpoint. Parallel branches and Map iterations are not
+// checkpointed: a resumed Parallel or Map state runs again whole.
 package asl

@@ -124,10 +124,13 @@ type Result struct {
 type StartOption func(*startConfig)
 
 type startConfig struct {
-	clock   Clock
-	roleARN string
-	logger  *slog.Logger
+	clock      Clock
+	roleARN    string
+	logger     *slog.Logger
+	checkpoint func(Checkpoint) error
 }
+
+func defaultLogger() *slog.Logger { return slog.Default() }
 
 // WithClock makes the execution read time and wait through c.
 func WithClock(c Clock) StartOption { return func(s *startConfig) { s.clock = c } }
@@ -145,14 +148,18 @@ const maxHistoryEvents = 25000
 
 // Execution is one run of a Machine. Its methods are safe for concurrent use.
 type Execution struct {
-	m       *Machine
-	inv     Invoker
-	clock   Clock
-	log     *slog.Logger
-	name    string
-	arn     string
-	input   any
-	context map[string]any // $$.Execution and $$.StateMachine, fixed for the run
+	m        *Machine
+	inv      Invoker
+	clock    Clock
+	log      *slog.Logger
+	name     string
+	arn      string
+	input    any
+	rawInput json.RawMessage
+	roleARN  string
+	start    time.Time
+	context  map[string]any // $$.Execution and $$.StateMachine, fixed for the run
+	hook     func(Checkpoint) error
 
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -171,7 +178,7 @@ type Execution struct {
 // iterations on theirs. ctx only supplies values: cancelling it does not
 // stop the execution; Stop does.
 func (m *Machine) Start(ctx context.Context, name string, input []byte, inv Invoker, opts ...StartOption) (*Execution, error) {
-	cfg := startConfig{clock: realClock{}, logger: slog.Default()}
+	cfg := startConfig{clock: realClock{}, logger: defaultLogger()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -191,17 +198,49 @@ func (m *Machine) Start(ctx context.Context, name string, input []byte, inv Invo
 	if err != nil {
 		return nil, fmt.Errorf("asl: execution input is not JSON: %w", err)
 	}
-	x := &Execution{
-		m:     m,
-		inv:   inv,
-		clock: cfg.clock,
-		log:   cfg.logger,
-		name:  name,
-		arn:   strings.Replace(m.arn, ":stateMachine:", ":execution:", 1) + ":" + name,
-		input: in,
-		done:  make(chan struct{}),
+	x := m.newExecution(ctx, name, input, in, inv, cfg, cfg.clock.Now())
+	start := m.root.states[m.root.startAt]
+	if err := x.checkpoint(CheckpointStarted, start, in, x.start, nil, 0); err != nil {
+		x.cancel()
+		return nil, fmt.Errorf("asl: start %s: %w", name, err)
 	}
-	start := x.clock.Now()
+	th := &thread{}
+	x.emit(th, EventExecutionStarted, "", map[string]any{
+		"input":        string(input),
+		"inputDetails": map[string]any{"truncated": false},
+		"roleArn":      cfg.roleARN,
+	})
+	if m.timeout > 0 {
+		x.deadline = x.start.Add(m.timeout)
+		x.mu.Lock()
+		x.timer = time.AfterFunc(m.timeout, x.timeOut)
+		x.mu.Unlock()
+	}
+	go x.run(th)
+	return x, nil
+}
+
+// ExecutionARN returns the ARN of the machine's execution named name.
+func (m *Machine) ExecutionARN(name string) string {
+	return strings.Replace(m.arn, ":stateMachine:", ":execution:", 1) + ":" + name
+}
+
+// newExecution builds a running execution that started at start.
+func (m *Machine) newExecution(ctx context.Context, name string, raw json.RawMessage, in any, inv Invoker, cfg startConfig, start time.Time) *Execution {
+	x := &Execution{
+		m:        m,
+		inv:      inv,
+		clock:    cfg.clock,
+		log:      cfg.logger,
+		name:     name,
+		arn:      m.ExecutionARN(name),
+		input:    in,
+		rawInput: raw,
+		roleARN:  cfg.roleARN,
+		start:    start,
+		hook:     cfg.checkpoint,
+		done:     make(chan struct{}),
+	}
 	x.result = Result{Status: StatusRunning, StartDate: start}
 	x.context = map[string]any{
 		"Execution": map[string]any{
@@ -215,20 +254,7 @@ func (m *Machine) Start(ctx context.Context, name string, input []byte, inv Invo
 		"StateMachine": map[string]any{"Id": m.arn, "Name": m.name},
 	}
 	x.ctx, x.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	th := &thread{}
-	x.emit(th, EventExecutionStarted, "", map[string]any{
-		"input":        string(input),
-		"inputDetails": map[string]any{"truncated": false},
-		"roleArn":      cfg.roleARN,
-	})
-	if m.timeout > 0 {
-		x.deadline = start.Add(m.timeout)
-		x.mu.Lock()
-		x.timer = time.AfterFunc(m.timeout, x.timeOut)
-		x.mu.Unlock()
-	}
-	go x.run(th)
-	return x, nil
+	return x
 }
 
 // checkExecutionName applies StartExecution's rules: 1 to 80 characters,
@@ -343,7 +369,12 @@ func (x *Execution) finish(status Status, output []byte, errName, cause string) 
 }
 
 func (x *Execution) run(th *thread) {
-	out, f := x.runProgram(x.ctx, x.m.root, x.input, th)
+	x.runFrom(th, x.m.root.startAt, x.input, nil)
+}
+
+// runFrom runs the top level from the named state and records the outcome.
+func (x *Execution) runFrom(th *thread, name string, input any, resume *resumeState) {
+	out, f := x.runStates(x.ctx, x.m.root, name, input, th, resume)
 	switch {
 	case f == errCancelled:
 	case f != nil:

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -22,17 +23,27 @@ var errCancelled = &failure{Error: "asl.Cancelled", terminal: true}
 const maxDelay = 366 * 24 * time.Hour
 
 func (x *Execution) runProgram(ctx context.Context, p *program, input any, th *thread) (any, *failure) {
-	name := p.startAt
+	return x.runStates(ctx, p, p.startAt, input, th, nil)
+}
+
+// runStates runs p from the named state; resume, when set, restores that
+// first state's visit. The top level reports its boundaries as checkpoints.
+func (x *Execution) runStates(ctx context.Context, p *program, name string, input any, th *thread, resume *resumeState) (any, *failure) {
+	root := p == x.m.root
 	for {
 		if ctx.Err() != nil {
 			return nil, errCancelled
 		}
-		out, next, f := x.runState(ctx, p.states[name], input, th)
+		out, next, f := x.runState(ctx, p.states[name], input, th, root, resume)
+		resume = nil
 		if f != nil {
 			return nil, f
 		}
 		if next == "" {
 			return out, nil
+		}
+		if root {
+			_ = x.checkpoint(CheckpointExited, p.states[next], out, time.Time{}, nil, 0)
 		}
 		input, name = out, next
 	}
@@ -43,10 +54,13 @@ type stateRun struct {
 	x          *Execution
 	st         *state
 	th         *thread
+	root       bool // a top-level state: its boundaries are checkpoints
 	input      any
 	entered    time.Time
 	enteredID  int64
 	retryCount int64
+	// retryCounts restores the retriers' counters of a resumed visit.
+	retryCounts []int64
 }
 
 func (r *stateRun) contextObject(mapItem map[string]any) map[string]any {
@@ -65,8 +79,14 @@ func (r *stateRun) contextObject(mapItem map[string]any) map[string]any {
 	return co
 }
 
-func (x *Execution) runState(ctx context.Context, st *state, input any, th *thread) (any, string, *failure) {
-	r := &stateRun{x: x, st: st, th: th, input: input, entered: x.clock.Now()}
+func (x *Execution) runState(ctx context.Context, st *state, input any, th *thread, root bool, resume *resumeState) (any, string, *failure) {
+	r := &stateRun{x: x, st: st, th: th, root: root, input: input, entered: x.clock.Now()}
+	if resume != nil {
+		if !resume.entered.IsZero() {
+			r.entered = resume.entered
+		}
+		r.retryCount, r.retryCounts = resume.retryCount, resume.retryCounts
+	}
 	if !x.emit(th, enteredEvent(st.typ), st.name, map[string]any{
 		"name":         st.name,
 		"input":        mustJSON(input),
@@ -75,6 +95,9 @@ func (x *Execution) runState(ctx context.Context, st *state, input any, th *thre
 		return nil, "", errCancelled
 	}
 	r.enteredID = th.prev
+	if root {
+		_ = x.checkpoint(CheckpointEntered, st, input, r.entered, r.retryCounts, r.retryCount)
+	}
 	var (
 		out  any
 		next string
@@ -343,6 +366,10 @@ func (r *stateRun) wait(ctx context.Context) (any, string, *failure) {
 		}
 		d = t.Sub(r.x.clock.Now())
 	}
+	if st := r.st; st.seconds != nil || st.secondsPath != nil {
+		// A resumed Wait waits only what is left since it was entered.
+		d -= r.x.clock.Now().Sub(r.entered)
+	}
 	if d > 0 && !r.x.sleep(ctx, d) {
 		return nil, "", errCancelled
 	}
@@ -355,6 +382,7 @@ func (r *stateRun) wait(ctx context.Context) (any, string, *failure) {
 // does). Each retrier counts its own attempts for this visit of the state.
 func (r *stateRun) retryCatch(ctx context.Context, attempt func() (any, *failure)) (any, *catcher, *failure) {
 	counts := make([]int64, len(r.st.retry))
+	copy(counts, r.retryCounts)
 	for {
 		res, f := attempt()
 		if f == nil {
@@ -376,6 +404,9 @@ func (r *stateRun) retryCatch(ctx context.Context, attempt func() (any, *failure
 				"delaySeconds": delay.Seconds(),
 			}) {
 				return nil, nil, errCancelled
+			}
+			if r.root {
+				_ = r.x.checkpoint(CheckpointRetry, r.st, r.input, r.entered, slices.Clone(counts), r.retryCount)
 			}
 			if !r.x.sleep(ctx, delay) {
 				return nil, nil, errCancelled

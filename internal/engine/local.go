@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda/messages"
 
 	"github.com/sandstep/sandstep/internal/asl"
+	"github.com/sandstep/sandstep/internal/store"
 )
 
 // LocalARN is the function ARN the local engine gives a template function.
@@ -75,8 +76,12 @@ type LocalOptions struct {
 	// CancelGrace is how long a cancelled job may take to stop on its own
 	// before its execution is stopped. Default 30 s.
 	CancelGrace time.Duration
-	Clock       asl.Clock
-	Logger      *slog.Logger
+	// Store, when set, keeps a checkpoint of every execution at each state
+	// that does work, so that Recover in a new process resumes what this
+	// one left running (see durable.go). Nil keeps executions in memory.
+	Store  *store.Store
+	Clock  asl.Clock
+	Logger *slog.Logger
 }
 
 // Local runs executions in this process.
@@ -134,34 +139,55 @@ func (l *Local) Start(ctx context.Context, jobID string, input []byte) (string, 
 	if x, ok := l.execs[jobID]; ok {
 		return x.ARN(), nil
 	}
+	j := l.newJournal(jobID, store.ExecutionRecord{})
+	x, err := l.machine.Start(context.WithoutCancel(ctx), jobID, input, l.opts.Invoker, l.startOptions(jobID, j)...)
+	if err != nil {
+		return "", err
+	}
+	l.track(x, j)
+	return x.ARN(), nil
+}
+
+func (l *Local) startOptions(jobID string, j *journal) []asl.StartOption {
 	var opts []asl.StartOption
 	if l.opts.Clock != nil {
 		opts = append(opts, asl.WithClock(l.opts.Clock))
 	}
-	opts = append(opts, asl.WithLogger(l.log.With("job_id", jobID)))
-	x, err := l.machine.Start(context.WithoutCancel(ctx), jobID, input, l.opts.Invoker, opts...)
-	if err != nil {
-		return "", err
+	if j != nil {
+		opts = append(opts, asl.WithCheckpoints(j.checkpoint))
 	}
-	l.execs[jobID] = x
+	return append(opts, asl.WithLogger(l.log.With("job_key", jobID)))
+}
+
+// track registers a started or resumed execution; the caller holds l.mu.
+func (l *Local) track(x *asl.Execution, j *journal) {
+	l.execs[x.Name()] = x
 	l.wg.Add(1)
-	go l.watch(x)
-	return x.ARN(), nil
+	go l.watch(x, j)
 }
 
 // watch does for an ended execution what the template's status-change rule
-// does in AWS: executions that no Catch finished get their cleanup.
-func (l *Local) watch(x *asl.Execution) {
+// does in AWS: executions that no Catch finished get their cleanup. Then
+// the execution's checkpoint goes.
+func (l *Local) watch(x *asl.Execution, j *journal) {
 	defer l.wg.Done()
 	res, _ := x.Wait(context.Background())
-	l.log.Info("execution ended", "job_id", x.Name(), "status", res.Status, "error", res.Error)
+	l.log.Info("execution ended", "job_key", x.Name(), "status", res.Status, "error", res.Error)
+	l.ended(j, x.Name(), res)
+}
+
+// statusChange invokes the status-change function with the event
+// EventBridge sends for an execution that ended ABORTED, TIMED_OUT or
+// FAILED (other statuses need nothing). It reports whether the function
+// ran without error.
+func (l *Local) statusChange(name string, res asl.Result) bool {
 	switch res.Status {
 	case asl.StatusAborted, asl.StatusTimedOut, asl.StatusFailed:
 	default:
-		return
+		return true
 	}
 	if l.opts.StatusChangeFunction == "" {
-		return
+		return true
 	}
 	ev, _ := json.Marshal(map[string]any{
 		"version":     "0",
@@ -169,9 +195,9 @@ func (l *Local) watch(x *asl.Execution) {
 		"detail-type": "Step Functions Execution Status Change",
 		"time":        res.StopDate.UTC().Format(time.RFC3339),
 		"detail": map[string]any{
-			"executionArn":    x.ARN(),
+			"executionArn":    l.machine.ExecutionARN(name),
 			"stateMachineArn": l.machine.ARN(),
-			"name":            x.Name(),
+			"name":            name,
 			"status":          string(res.Status),
 			"startDate":       res.StartDate.UnixMilli(),
 			"stopDate":        res.StopDate.UnixMilli(),
@@ -179,24 +205,53 @@ func (l *Local) watch(x *asl.Execution) {
 			"cause":           res.Cause,
 		},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := l.opts.Invoker.Invoke(ctx, LocalARN(l.opts.StatusChangeFunction), ev); err != nil {
-		l.log.Error("status-change cleanup failed", "job_id", x.Name(), "err", err)
+	// EventBridge invokes its target asynchronously, and Lambda retries a
+	// failed asynchronous invocation twice; so does this.
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		_, err := l.opts.Invoker.Invoke(ctx, LocalARN(l.opts.StatusChangeFunction), ev)
+		cancel()
+		if err == nil {
+			return true
+		}
+		if attempt == statusChangeRetries {
+			l.log.Error("status-change cleanup failed", "job_key", name, "attempts", attempt+1, "err", err)
+			return false
+		}
+		l.log.Warn("status-change cleanup failed; retrying", "job_key", name, "err", err)
+		time.Sleep(statusChangeDelay << attempt)
 	}
 }
 
+// statusChangeRetries and statusChangeDelay shape the retries of the
+// status-change invocation (Lambda waits minutes between them; a local
+// server need not).
+const (
+	statusChangeRetries = 2
+	statusChangeDelay   = time.Second
+)
+
 // Cancel stops the job's execution if it is still running after the grace
-// period; phases normally end it sooner by failing with JobCancelled.
+// period; phases normally end it sooner by failing with JobCancelled. A job
+// whose execution is not running here (it ended, or was lost with the
+// process that ran it) gets its cleanup at once, as the status-change rule
+// would run it: the job ends cancelled and its sandboxes are terminated.
 func (l *Local) Cancel(ctx context.Context, jobID, executionID string) error {
 	l.mu.Lock()
-	x, ok := l.execs[jobID]
-	if !ok || l.closed {
+	if l.closed {
 		l.mu.Unlock()
 		return nil
 	}
+	x, ok := l.execs[jobID]
 	l.wg.Add(1)
 	l.mu.Unlock()
+	if !ok || x.Status() != asl.StatusRunning {
+		go func() {
+			defer l.wg.Done()
+			l.cleanupGone(jobID, "the job was cancelled and its execution is not running")
+		}()
+		return nil
+	}
 	go func() {
 		defer l.wg.Done()
 		t := time.NewTimer(l.opts.CancelGrace)
@@ -204,7 +259,7 @@ func (l *Local) Cancel(ctx context.Context, jobID, executionID string) error {
 		select {
 		case <-x.Done():
 		case <-t.C:
-			l.log.Warn("cancelled job still running after grace period: stopping its execution", "job_id", jobID)
+			l.log.Warn("cancelled job still running after grace period: stopping its execution", "job_key", jobID)
 			_ = x.Stop("JobCancelled", "the job was cancelled and did not stop within the grace period")
 		}
 	}()

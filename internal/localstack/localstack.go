@@ -86,7 +86,10 @@ type Stack struct {
 	reaperDone chan struct{}
 }
 
-// Start brings the stack up; Shutdown takes it down.
+// Start brings the stack up; Shutdown takes it down. Before it returns (and
+// so before anything is served), it takes up what a previous process on the
+// same data left behind: executions resume, and the reaper's startup pass
+// ends what nothing claims (see recover.go).
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	cfg := opts.Config
 	log := opts.Logger
@@ -105,6 +108,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	started := time.Now()
 	s := &Stack{log: log}
 	defer func() {
 		if err != nil {
@@ -128,6 +132,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
+		// Where to look at the tables with any DynamoDB client.
+		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
 		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
 	}
 	if s.App, err = app.New(cfg, st, log); err != nil {
@@ -152,6 +158,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		"ReportFunction":    s.App.Phases.Report,
 		"CleanupFunction":   s.App.Phases.Cleanup,
 	})
+	if faultHook != nil {
+		inv = faultHook(inv)
+	}
 	if opts.WrapInvoker != nil {
 		inv = opts.WrapInvoker(inv)
 	}
@@ -162,6 +171,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Invoker:              inv,
 		StatusChangeFunction: StatusChangeFunction,
 		CancelGrace:          opts.CancelGrace,
+		Store:                st,
 		Clock:                opts.Clock,
 		Logger:               log,
 	})
@@ -175,6 +185,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.startSessions(ctx, opts, st, db); err != nil {
 		return nil, err
 	}
+	s.recover(ctx, started)
+	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
 		Store:     st,
 		Executor:  s.Engine,
@@ -208,13 +220,19 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 			}
 		}
 	}
-	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions, Logger: s.log}
+	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions,
+		Executions: s.Engine, CancelGrace: opts.CancelGrace, Logger: s.log}
+	return nil
+}
+
+// startReaper runs the cleanup every reaper_interval.
+func (s *Stack) startReaper(opts Options) {
 	interval := opts.ReaperInterval
 	if interval == 0 {
-		interval = cfg.Sessions.ReaperInterval.D()
+		interval = opts.Config.Sessions.ReaperInterval.D()
 	}
 	if interval < 0 {
-		return nil
+		return
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	s.stopReaper, s.reaperDone = stop, make(chan struct{})
@@ -232,7 +250,6 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 			}
 		}
 	}()
-	return nil
 }
 
 // stateMachine reads a state machine's definition and its substitutions

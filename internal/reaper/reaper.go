@@ -67,13 +67,18 @@ type Counts struct {
 	// Orphans: sandboxes carrying our owner label the ledger did not know.
 	Orphans           int `json:"orphans_terminated"`
 	ExecutionsStopped int `json:"executions_stopped"`
-	Errors            int `json:"errors"`
+	// RunsInterrupted: run records failed by a startup pass.
+	RunsInterrupted int `json:"runs_interrupted"`
+	// JobsEnded: jobs a startup pass found with a sandbox but no running
+	// execution; their cleanup ran.
+	JobsEnded int `json:"jobs_ended"`
+	Errors    int `json:"errors"`
 }
 
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded
 }
 
 func (r *Reaper) now() time.Time {
@@ -93,6 +98,24 @@ func (r *Reaper) log() *slog.Logger {
 // Pass runs every step once. A step's failure is counted and joined into
 // the error, and the other steps still run.
 func (r *Reaper) Pass(ctx context.Context) (Counts, error) {
+	return r.pass(ctx, nil)
+}
+
+// Startup is the pass a server runs once as it starts on its own data,
+// after resuming its executions and before serving: nothing that began
+// before since can still be in flight, except the executions Executions
+// runs now. So, at once and with no grace: sessions held by runs are taken
+// back and their pending runs failed (InterruptedReason), sandboxes of
+// sessions not in use are closed, and a job with a live sandbox but no
+// running execution gets its cleanup (Executions.Stop), which ends it and
+// terminates the sandbox. Sandboxes the ledger does not know go, as in
+// every pass.
+func (r *Reaper) Startup(ctx context.Context, since time.Time) (Counts, error) {
+	return r.pass(ctx, &since)
+}
+
+// pass is Pass, or Startup with since set.
+func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	start := time.Now()
 	now := r.now()
 	var c Counts
@@ -106,13 +129,37 @@ func (r *Reaper) Pass(ctx context.Context) (Counts, error) {
 		}
 	}
 	if sv := r.Sessions; sv != nil {
-		step("stale runs", &c.StaleRunsEnded, func() (int, error) { return sv.EndStaleRuns(ctx, now) })
+		if since != nil {
+			step("interrupted runs", &c.StaleRunsEnded, func() (int, error) { return sv.EndRunsHeldBefore(ctx, *since) })
+			step("interrupted run records", &c.RunsInterrupted, func() (int, error) { return sv.FailInterruptedRuns(ctx, *since) })
+		} else {
+			step("stale runs", &c.StaleRunsEnded, func() (int, error) { return sv.EndStaleRuns(ctx, now) })
+		}
 		step("expiry warnings", &c.ExpiryWarnings, func() (int, error) { return sv.WarnExpiring(ctx, now) })
 		step("expired sessions", &c.SessionsExpired, func() (int, error) { return sv.ExpireIdle(ctx, now) })
 		step("unfinished deletions", &c.DeletionsResumed, func() (int, error) { return sv.FinishDeletions(ctx) })
-		step("idle sandboxes", &c.SandboxesIdle, func() (int, error) { return sv.CloseIdleSandboxes(ctx, now) })
+		if since != nil {
+			// Not one of them is in use: the server serves no run yet, and
+			// the sessions taken back above count as used just now.
+			step("sandboxes of sessions not in use", &c.SandboxesIdle, func() (int, error) { return sv.CloseSandboxesUnusedSince(ctx, time.Now()) })
+		} else {
+			step("idle sandboxes", &c.SandboxesIdle, func() (int, error) { return sv.CloseIdleSandboxes(ctx, now) })
+		}
 	}
-	if err := r.sandboxes(ctx, now, &c); err != nil {
+	var running map[string]bool
+	if since != nil && r.Executions != nil {
+		ids, err := r.Executions.Running(ctx)
+		if err != nil {
+			c.Errors++
+			errs = append(errs, fmt.Errorf("list executions: %w", err))
+		} else {
+			running = make(map[string]bool, len(ids))
+			for _, id := range ids {
+				running[id] = true
+			}
+		}
+	}
+	if err := r.sandboxes(ctx, now, running, &c); err != nil {
 		c.Errors++
 		errs = append(errs, err)
 	}
@@ -120,17 +167,23 @@ func (r *Reaper) Pass(ctx context.Context) (Counts, error) {
 		step("cancelled executions", &c.ExecutionsStopped, func() (int, error) { return r.stopCancelled(ctx, now) })
 	}
 	err := errors.Join(errs...)
+	what := "reaper pass"
+	if since != nil {
+		what = "reaper startup pass"
+	}
 	attrs := []any{"took", time.Since(start), "counts", c}
 	if err != nil {
-		r.log().Warn("reaper pass", append(attrs, "err", err)...)
+		r.log().Warn(what, append(attrs, "err", err)...)
 	} else {
-		r.log().Info("reaper pass", attrs...)
+		r.log().Info(what, attrs...)
 	}
 	return c, err
 }
 
-// sandboxes reaps the ledger and the provider's sandboxes.
-func (r *Reaper) sandboxes(ctx context.Context, now time.Time, c *Counts) error {
+// sandboxes reaps the ledger and the provider's sandboxes. running, set in
+// a startup pass, names the jobs whose executions run: any other job's
+// sandbox is claimed by nothing.
+func (r *Reaper) sandboxes(ctx context.Context, now time.Time, running map[string]bool, c *Counts) error {
 	// The ledger is read before the provider is asked: an entry listed
 	// here was written before its create, so its sandbox, if alive, is in
 	// the provider's answer below.
@@ -145,7 +198,12 @@ func (r *Reaper) sandboxes(ctx context.Context, now time.Time, c *Counts) error 
 	var errs []error
 	keep := live[:0]
 	for _, e := range live {
-		reason, err := r.unneeded(ctx, now, e)
+		if e.Provider != "" && r.ProviderName != "" && e.Provider != r.ProviderName {
+			// Another provider's sandbox (the configuration changed): this
+			// one can neither see nor stop it.
+			continue
+		}
+		reason, err := r.unneeded(ctx, now, e, running)
 		if err != nil {
 			errs = append(errs, err)
 			keep = append(keep, e)
@@ -154,6 +212,13 @@ func (r *Reaper) sandboxes(ctx context.Context, now time.Time, c *Counts) error 
 		if reason == "" {
 			keep = append(keep, e)
 			continue
+		}
+		if reason == reasonNotRunning {
+			if err := r.endJob(ctx, e); err != nil {
+				errs = append(errs, err)
+			} else {
+				c.JobsEnded++
+			}
 		}
 		if err := r.reap(ctx, e, reason); err != nil {
 			errs = append(errs, err)
@@ -169,8 +234,24 @@ func (r *Reaper) sandboxes(ctx context.Context, now time.Time, c *Counts) error 
 	return errors.Join(errs...)
 }
 
+// reasonNotRunning is why a startup pass reaps the sandbox of a job that
+// did not end but whose execution does not run.
+const reasonNotRunning = "its job's execution is not running"
+
+// endJob ends the job of a sandbox that a startup pass found unclaimed,
+// through its execution's cleanup, so that the job does not stay running.
+func (r *Reaper) endJob(ctx context.Context, e store.LedgerEntry) error {
+	jobID := strings.TrimPrefix(e.Owner, "job:")
+	if err := r.Executions.Stop(ctx, jobID, "the server stopped while the job ran, and its execution could not be resumed"); err != nil {
+		return fmt.Errorf("end job %s: %w", jobID, err)
+	}
+	r.log().Warn("ended a job whose execution was not running", "job_key", jobID, "sandbox", e.Name)
+	return nil
+}
+
 // unneeded says why a live entry's sandbox should go ("" to keep it).
-func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntry) (string, error) {
+// running is set in a startup pass only.
+func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntry, running map[string]bool) (string, error) {
 	if e.Deadline.Before(now) {
 		return "deadline passed", nil
 	}
@@ -185,6 +266,9 @@ func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntr
 		}
 		if job.Status.Terminal() {
 			return "job ended", nil
+		}
+		if running != nil && !running[job.ID] {
+			return reasonNotRunning, nil
 		}
 	case strings.HasPrefix(e.Owner, "session:") && r.Sessions != nil:
 		wanted, err := r.Sessions.SandboxWanted(ctx, e)
@@ -363,7 +447,7 @@ func (r *Reaper) stopCancelled(ctx context.Context, now time.Time) (int, error) 
 			continue
 		}
 		n++
-		r.log().Warn("stopped the execution of a cancelled job", "job_id", id, "cancelled_at", job.CancelRequestedAt)
+		r.log().Warn("stopped the execution of a cancelled job", "job_key", id, "cancelled_at", job.CancelRequestedAt)
 	}
 	return n, errors.Join(errs...)
 }

@@ -337,3 +337,52 @@ func TestStepFunctionsExecutions(t *testing.T) {
 		t.Fatalf("stops = %v", stops)
 	}
 }
+
+// A startup pass reaps at once what no running owner claims: the sandbox
+// of a job whose execution does not run any more (its cleanup is asked
+// for), not that of a job the engine resumed, nor one of another
+// provider, which this provider cannot see.
+func TestStartupPassEndsJobsWithoutAnExecution(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	far := time.Now().Add(time.Hour)
+	for _, id := range []string{"resumed", "stranded"} {
+		if _, _, err := e.st.CreateJob(ctx, store.NewJob{ID: id, Tenant: "acme", Request: []byte(`{}`), RequestHash: id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.SetStatus(ctx, id, nil, store.StatusRunning); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resumed := e.create(t, "resumed", "job:resumed", ours, far)
+	stranded := e.create(t, "stranded", "job:stranded", ours, far)
+	// A resumed job may be creating its sandbox right now.
+	if _, err := e.st.LedgerBegin(ctx, store.LedgerEntry{Name: "resumed-2", Provider: "local", Owner: "job:resumed", Deadline: far}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.LedgerBegin(ctx, store.LedgerEntry{Name: "elsewhere", Provider: "sandy", Owner: "job:stranded", Deadline: far}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &stopRecorder{running: []string{"resumed"}}
+	e.r.Executions = rec
+	// A normal pass keeps them all: the jobs did not end.
+	if c, err := e.r.Pass(ctx); err != nil || c.LedgerReaped != 0 || c.JobsEnded != 0 {
+		t.Fatalf("pass: %+v, %v", c, err)
+	}
+	c, err := e.r.Startup(ctx, time.Now())
+	if err != nil || c.JobsEnded != 1 || c.LedgerReaped != 1 {
+		t.Fatalf("startup pass: %+v, %v", c, err)
+	}
+	if !slices.Equal(rec.stopped, []string{"stranded"}) {
+		t.Fatalf("asked to end %v", rec.stopped)
+	}
+	if e.alive(t, stranded.ID) || e.ledgerState(t, "stranded") != store.LedgerTerminated {
+		t.Fatal("the stranded job's sandbox is still there")
+	}
+	if !e.alive(t, resumed.ID) || e.ledgerState(t, "resumed") != store.LedgerRunning || e.ledgerState(t, "resumed-2") != store.LedgerCreating {
+		t.Fatal("the startup pass took the sandbox of a running job")
+	}
+	if e.ledgerState(t, "elsewhere") != store.LedgerCreating {
+		t.Fatal("the startup pass closed another provider's entry")
+	}
+}

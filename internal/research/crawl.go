@@ -109,7 +109,7 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 	hardStop := started.Add(b.Duration + time.Minute)
 	offset := in.Offset
 	poll := r.p.pollInterval()
-	stopped := false
+	stopped, restarted := false, false
 	for {
 		if offset, err = r.readProgress(in.SandboxID, offset); err != nil {
 			return CrawlOutput{}, err
@@ -117,6 +117,16 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 		code, done, err := r.crawlerExit(in.SandboxID)
 		if err != nil {
 			return CrawlOutput{}, err
+		}
+		if code == crawlerGone && offset == 0 && !restarted {
+			// Killed with the exec that started it (the plugin or the
+			// server died then) before it wrote a line: start it again.
+			r.log.Warn("the crawler is gone before it began; starting it again")
+			if started, err = r.startCrawler(in.SandboxID); err != nil {
+				return CrawlOutput{}, err
+			}
+			hardStop, restarted = started.Add(b.Duration+time.Minute), true
+			continue
 		}
 		if done {
 			if code != 0 {
@@ -245,14 +255,30 @@ echo $! > %[9]s`, crawlDir, mountedCrawler, uploadedCrawler, crawlStarted, crawl
 	return time.Now(), nil
 }
 
-// crawlerExit reports the crawler's exit status once it has ended.
+// crawlerGone is crawlerExit's code for a crawler that ended without an
+// exit status: it was killed with the exec that started it (a provider may
+// end an exec's whole process tree when its caller goes away).
+const crawlerGone = -1
+
+// crawlerExit reports the crawler's exit status once it has ended, or
+// crawlerGone once neither it nor its status is there.
 func (r *run) crawlerExit(id string) (int, bool, error) {
-	out, code, err := r.sh(id, "cat "+crawlExit+" 2>/dev/null")
+	// The status is read again after the liveness check: the crawler may
+	// end between the two.
+	script := fmt.Sprintf(`if [ -f %[1]s ]; then cat %[1]s; exit 0; fi
+if [ -f %[2]s ] && kill -0 "$(cat %[2]s)" 2>/dev/null; then exit 3; fi
+if [ -f %[1]s ]; then cat %[1]s; exit 0; fi
+echo gone`, crawlExit, crawlPID)
+	out, code, err := r.sh(id, script)
 	if err != nil {
 		return 0, false, fmt.Errorf("crawl state: %w", err)
 	}
 	if code != 0 {
 		return 0, false, nil
+	}
+	if strings.TrimSpace(out) == "gone" {
+		r.log.Warn("the crawler is gone without an exit status")
+		return crawlerGone, true, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil {

@@ -54,6 +54,7 @@ func (r *run) ensureSandbox(spec providers.CreateSpec) (providers.Sandbox, error
 		sb, err = findByName(ctx, p.Provider, spec.Name)
 	}
 	if err != nil {
+		r.endLostCreate(spec.Name, err)
 		if _, cerr := p.Store.LedgerClose(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil {
 			r.log.Warn("ledger close after failed create", "err", cerr)
 		}
@@ -72,6 +73,30 @@ func (r *run) ensureSandbox(spec providers.CreateSpec) (providers.Sandbox, error
 	}
 	r.log.Info("sandbox created", "sandbox_id", sb.ID)
 	return sb, nil
+}
+
+// endLostCreate handles a create that failed in a way that does not say
+// whether the sandbox was made (the plugin died during the call, the
+// answer timed out): where the provider finds sandboxes by name, one that
+// was made is terminated before its ledger entry closes. Elsewhere (Sandy
+// has no names and no listing) it cannot be found, and it ends at the
+// lifetime it was created with.
+func (r *run) endLostCreate(name string, cause error) {
+	switch providers.CodeOf(cause) {
+	case providers.Unavailable, providers.DeadlineExceeded, providers.Internal:
+	default:
+		return
+	}
+	ctx := context.WithoutCancel(r.ctx)
+	sb, err := findByName(ctx, r.p.Provider, name)
+	switch {
+	case err == nil:
+		if terr := r.p.Provider.Terminate(ctx, sb.ID); terr != nil {
+			r.log.Error("terminate the sandbox of a create whose answer was lost", "sandbox_id", sb.ID, "err", terr)
+		}
+	case providers.IsUnsupported(err):
+		r.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", cause)
+	}
 }
 
 func findByName(ctx context.Context, p providers.Provider, name string) (providers.Sandbox, error) {

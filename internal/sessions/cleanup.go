@@ -63,49 +63,13 @@ func (s *Service) FinishDeletions(ctx context.Context) (int, error) {
 // sandbox_idle_minutes at now. The record lets go of the sandbox first, at
 // the version read, so a run that began since keeps it.
 func (s *Service) CloseIdleSandboxes(ctx context.Context, now time.Time) (int, error) {
-	idleSince := now.Add(-s.cfg.SandboxIdle())
-	list, err := s.st.ListSessions(ctx, store.SessionIdle, idleSince.Add(s.ttl()), 0)
-	if err != nil {
-		return 0, err
-	}
-	return forEach(ctx, list, func(sess store.Session) (bool, error) {
-		if sess.SandboxID == "" || !sess.LastAccessedAt.Before(idleSince) {
-			return false, nil
-		}
-		_, err := s.st.SetSessionSandbox(ctx, sess.ID, sess.Version, "")
-		if errors.Is(err, store.ErrConflict) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		s.terminate(ctx, sess.ID, sess.SandboxID, "idle")
-		return true, nil
-	})
+	return s.CloseSandboxesUnusedSince(ctx, now.Add(-s.cfg.SandboxIdle()))
 }
 
 // EndStaleRuns takes back sessions held by runs that cannot still be
 // going (their process died): they become idle, so the TTL applies again.
 func (s *Service) EndStaleRuns(ctx context.Context, now time.Time) (int, error) {
-	staleSince := now.Add(-s.staleAfter())
-	list, err := s.st.ListSessions(ctx, store.SessionRunning, staleSince.Add(s.ttl()), 0)
-	if err != nil {
-		return 0, err
-	}
-	return forEach(ctx, list, func(sess store.Session) (bool, error) {
-		if !sess.LastAccessedAt.Before(staleSince) {
-			return false, nil
-		}
-		_, err := s.st.EndRun(ctx, sess.ID, sess.Version, s.ttl())
-		if errors.Is(err, store.ErrConflict) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		s.log.Warn("took back a session held by a run that did not end", "session", sess.ID, "since", sess.LastAccessedAt)
-		return true, nil
-	})
+	return s.EndRunsHeldBefore(ctx, now.Add(-s.staleAfter()))
 }
 
 // ExpiringWarning is how long before its expiry a session gets its

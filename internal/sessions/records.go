@@ -16,7 +16,8 @@ import (
 // Runs and session events live in the sessions table beside the session
 // records the store keeps there, under keys no session id can take
 // ("run#..." and "events#...": session keys are "<tenant>/<id>" with ids
-// of [A-Za-z0-9._-]). They carry no gsi_state, so the cleanup index never
+// of [A-Za-z0-9._-]). Only a pending run carries a gsi_state, one no
+// session state takes (see interrupted.go), so the sessions' cleanup never
 // sees them; each has the table's TTL attribute once it may go.
 const (
 	runKeyPrefix    = "run#"
@@ -124,6 +125,8 @@ func (r *records) putPending(ctx context.Context, key string, run Run) (bool, er
 	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
 	item["created_at"] = avTime(run.CreatedAt)
 	item["expires_at"] = avN(run.CreatedAt.Add(RunRetention + run.Timeout).Unix())
+	item["gsi_state"] = avS(pendingRunsGSI)
+	item["idle_expires_at"] = avTime(run.CreatedAt)
 	if run.Code != "" {
 		item["code"] = avS(run.Code)
 	}

@@ -17,6 +17,7 @@ const (
 	LocalPlugin = "sandstep-provider-local"
 	SandyPlugin = "sandstep-provider-sandy"
 	Crawler     = "sandstep-crawler"
+	CLI         = "sandstep"
 )
 
 // packages maps an output name to its main package.
@@ -24,6 +25,7 @@ var packages = map[string]string{
 	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
 	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
 	Crawler:     "./cmd/sandstep-crawler",
+	CLI:         "./cmd/sandstep",
 }
 
 // Root returns the module root: the first folder holding go.mod walking up
@@ -48,6 +50,12 @@ func Root() (string, error) {
 // Build compiles the named binaries into dir (created, and made searchable
 // for the sandboxes' own uids) with CGO off, and returns dir.
 func Build(dir string, names ...string) (string, error) {
+	return BuildTags(dir, "", names...)
+}
+
+// BuildTags is Build with build tags (comma-separated, as go build -tags
+// takes them).
+func BuildTags(dir, tags string, names ...string) (string, error) {
 	root, err := Root()
 	if err != nil {
 		return "", err
@@ -63,7 +71,11 @@ func Build(dir string, names ...string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("testbin: unknown binary %q", name)
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		args := []string{"build", "-o", filepath.Join(dir, name)}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

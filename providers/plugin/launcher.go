@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -162,7 +163,9 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 	cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
 		logLevelEnv + "=" + hclogLevel(c.logger).String(),
+		hostPIDEnv + "=" + strconv.Itoa(os.Getpid()),
 	}, c.env...)
+	cmd.SysProcAttr = pluginSysProcAttr()
 	pc := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{providers.APIVersion: {PluginName: &GRPCPlugin{}}},
@@ -179,7 +182,13 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 			grpc.MaxCallSendMsgSize(maxMessageSize),
 		)},
 	})
-	rpc, err := pc.Client()
+	// go-plugin forks the plugin inside Client: on the fork thread, so
+	// that the plugin's parent-death signal stays armed (see orphans.go).
+	var (
+		rpc goplugin.ClientProtocol
+		err error
+	)
+	onForkThread(func() { rpc, err = pc.Client() })
 	if err != nil {
 		pc.Kill()
 		return nil, c.startError(err)

@@ -74,6 +74,7 @@ func Serve(p providers.Provider) {
 		level = hclog.Info
 	}
 	slog.SetDefault(slog.New(newPluginLogHandler(stderr, slogLevel(level))))
+	watchHost()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{

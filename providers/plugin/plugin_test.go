@@ -29,6 +29,9 @@ import (
 var binDir string
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(hostRoleEnv); dir != "" {
+		os.Exit(runHost(dir)) // this process is a host that a test kills
+	}
 	os.Exit(run(m))
 }
 
