@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sandstep/sandstep/internal/ids"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
@@ -69,7 +70,7 @@ func (s *Service) FailInterruptedRuns(ctx context.Context, since time.Time) (int
 	n := 0
 	var errs []error
 	for _, it := range items {
-		key := getS(it, "tenant") + "/" + getS(it, "session")
+		key := ids.SessionKey(getS(it, "tenant"), getS(it, "session"))
 		runID := getS(it, "run_id")
 		ok, err := s.rec.failPending(ctx, key, runID, time.Now(), InterruptedReason)
 		if err != nil {

@@ -182,9 +182,9 @@ func aliveSandboxes(t testing.TB, p providers.Provider) []providers.Sandbox {
 // checkEvents checks a job's events: seqs 1..n without a gap or a
 // repeat, and its terminal event exactly once, saying how it ended.
 func checkEvents(st *store.Store, id, status string) error {
-	evs, err := st.ListEvents(context.Background(), id, 0, store.MaxEventPage)
+	evs, err := st.ListEvents(context.Background(), jobKey(id), 0, store.MaxEventPage)
 	for err == nil && len(evs)%store.MaxEventPage == 0 && len(evs) > 0 {
-		more, merr := st.ListEvents(context.Background(), id, evs[len(evs)-1].Seq, store.MaxEventPage)
+		more, merr := st.ListEvents(context.Background(), jobKey(id), evs[len(evs)-1].Seq, store.MaxEventPage)
 		if merr != nil || len(more) == 0 {
 			err = merr
 			break

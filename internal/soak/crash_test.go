@@ -32,11 +32,11 @@ func TestServeKilledInEachPhase(t *testing.T) {
 	agentSite := gatedPage(t, &agentGate)
 	// The agent first asks the gated page (a summary that takes its time),
 	// then answers for the prompt's first source, as Claude Code would.
-	agent := fmt.Sprintf(`curl -s -o /dev/null %s/summary
+	agent := fmt.Sprintf(`curl -s --noproxy '' -o /dev/null %s/summary
 url=$(printf '%%s' "$PROMPT" | grep -o '"url":"[^"]*"' | head -1 | cut -d'"' -f4)
 printf '{"sources":[{"title":"t","url":"%%s","summary":"Kestrels summarized by the agent.","keyPoints":["one","two","three"]}],"overallInsights":["insight"]}' "$url"`, agentSite.URL)
 	w.search.answer(site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"))
-	w.configure(setup{agent: agent, llm: fakeLLM(t, &llmGate), allowPrivate: site.AllowPrivate()})
+	w.configure(setup{agent: agent, llm: fakeLLM(t, &llmGate), allowPrivate: append(site.AllowPrivate(), hostOf(page), hostOf(agentSite))})
 	w.start()
 	prov := w.provider()
 
@@ -254,7 +254,7 @@ func TestRestartWithAChangedDefinitionFailsTheJobCleanly(t *testing.T) {
 	var pageGate gate
 	page := gatedPage(t, &pageGate)
 	w.search.answer(site.Hosts[0].Page("/a"))
-	w.configure(setup{allowPrivate: site.AllowPrivate()})
+	w.configure(setup{allowPrivate: append(site.AllowPrivate(), hostOf(page))})
 	w.start()
 	prov := w.provider()
 	entered := pageGate.arm()

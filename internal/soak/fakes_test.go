@@ -120,3 +120,6 @@ tree holes, and a pair raises four to six young each year.</p></article></body><
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// hostOf is a test server's "IP:port", as [sandbox] allow_private takes it.
+func hostOf(srv *httptest.Server) string { return srv.Listener.Addr().String() }
