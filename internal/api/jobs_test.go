@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/api"
-	"github.com/sandstep/sandstep/internal/report"
 	"github.com/sandstep/sandstep/internal/ids"
+	"github.com/sandstep/sandstep/internal/report"
 	"github.com/sandstep/sandstep/internal/store"
 )
 
