@@ -40,7 +40,7 @@ func TestCrawlStartsAgainACrawlerKilledWithItsExec(t *testing.T) {
 			return nil, messages.InvokeResponse_Error{Type: "Lambda.ServiceException", Message: "the host died"}
 		})
 	}
-	s = newStackWith(t, stackOpts{wrap: wrap, config: "[research]\nrender = \"never\"\n"})
+	s = newStackWith(t, stackOpts{wrap: wrap, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()})
 	job := s.research(t, "job-crawler-gone", "light", "speed", []string{site.Hosts[0].Page("/a")})
 	if !faked.Load() {
 		t.Fatal("Crawl never ran")
