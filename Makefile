@@ -6,7 +6,7 @@ GO        ?= go
 BIN       := bin
 PLUGINDIR := $(BIN)/plugins
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X github.com/sandstep/sandstep/internal/version.Version=$(VERSION)
+LDFLAGS   := -s -w -X github.com/sandstep/sandstep/internal/service/version.Version=$(VERSION)
 # Plugins run inside sandboxes too (the local provider's agent), so they are static.
 PLUGINS   := $(notdir $(wildcard providers/*/cmd/sandstep-provider-*))
 # Race detector where affordable: the whole tree on 2 cores stays well under CI's budget.
@@ -80,7 +80,7 @@ N    ?= 100
 SEED ?=
 soak: deps build
 	SOAK_N=$(N) SOAK_SEED=$(SEED) SOAK_REPORT=$(BIN)/soak.json \
-	  $(GO) test -count=1 -run '^TestSoak$$' -timeout $$(( $(N) * 6 + 600 ))s -v ./internal/soak
+	  $(GO) test -count=1 -run '^TestSoak$$' -timeout $$(( $(N) * 6 + 600 ))s -v ./internal/testkit/soak
 
 run: deps build
 	$(BIN)/sandstep serve

@@ -11,7 +11,7 @@
 # the including Makefile is read. sam builds in a copy without .git: version "dev".
 LAMBDA_GO      ?= go
 LAMBDA_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LAMBDA_LDFLAGS  = -s -w -X github.com/sandstep/sandstep/internal/version.Version=$(LAMBDA_VERSION)
+LAMBDA_LDFLAGS  = -s -w -X github.com/sandstep/sandstep/internal/service/version.Version=$(LAMBDA_VERSION)
 LAMBDA_GOBUILD  = GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(LAMBDA_GO) build -trimpath -ldflags '$(LAMBDA_LDFLAGS)'
 
 # Expanded only when a recipe runs, so including this file costs other targets nothing.

@@ -20,8 +20,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/sandstep/sandstep/internal/crawler"
-	"github.com/sandstep/sandstep/internal/version"
+	"github.com/sandstep/sandstep/internal/service/crawler"
+	"github.com/sandstep/sandstep/internal/service/version"
 )
 
 func main() {

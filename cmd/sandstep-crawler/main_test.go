@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/crawler"
-	"github.com/sandstep/sandstep/internal/fixturesite"
-	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/service/crawler"
+	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
 var binary string

@@ -21,8 +21,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/store"
-	"github.com/sandstep/sandstep/internal/version"
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/version"
 )
 
 const (

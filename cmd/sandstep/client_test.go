@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"io"
 	"log/slog"
 	"net"
@@ -20,14 +21,13 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/api"
-	"github.com/sandstep/sandstep/internal/ddblocal"
-	"github.com/sandstep/sandstep/internal/ids"
-	"github.com/sandstep/sandstep/internal/store"
-	"github.com/sandstep/sandstep/internal/testlog"
+	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testlog"
 )
 
-func TestMain(m *testing.M) { os.Exit(ddblocal.RunTests(m)) }
+func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }
 
 const (
 	testToken  = "acme-5b0e7c1d9a2f4e8b6c3d1a0f9e8d7c65"
@@ -123,7 +123,7 @@ type testEnv struct {
 // newEnv serves the real API over tables of the test's own on 127.0.0.1.
 func newEnv(t *testing.T, streaming, cutFirstStream bool) *testEnv {
 	t.Helper()
-	db := ddblocal.ForTests(t)
+	db := testddb.ForTests(t)
 	sum := sha256.Sum256([]byte(testToken))
 	other := sha256.Sum256([]byte(otherToken))
 	auth, err := api.NewAuthenticator(config.AuthConfig{Tokens: []config.AuthToken{

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/providerhost"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/providers/conformance"
 )
 

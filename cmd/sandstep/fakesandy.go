@@ -4,7 +4,7 @@ import (
 	"context"
 	"io"
 
-	"github.com/sandstep/sandstep/internal/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 )
 
 // runFakeSandy serves the contract-faithful fake Sandy for manual tests of

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
 // buildLocalPlugin builds the local provider plugin into a fresh plugin dir.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // runResearch submits a query, shows the job's eight steps as they change

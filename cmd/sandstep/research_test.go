@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/fixturesite"
-	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
 func TestResearchStartsALocalServerAndPrintsTheReport(t *testing.T) {

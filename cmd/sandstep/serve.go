@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/api"
-	"github.com/sandstep/sandstep/internal/localstack"
+	"github.com/sandstep/sandstep/internal/emulation/localstack"
+	"github.com/sandstep/sandstep/internal/service/api"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/ddblocal"
-	"github.com/sandstep/sandstep/internal/providerhost"
-	"github.com/sandstep/sandstep/internal/reaper"
-	"github.com/sandstep/sandstep/internal/sessions"
-	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // runPollInterval paces waiting for a run that outlived the server's

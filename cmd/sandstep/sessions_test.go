@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -15,11 +16,10 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/ddblocal"
-	"github.com/sandstep/sandstep/internal/localstack"
-	"github.com/sandstep/sandstep/internal/providerhost"
-	"github.com/sandstep/sandstep/internal/reaper"
-	"github.com/sandstep/sandstep/internal/store"
+	"github.com/sandstep/sandstep/internal/emulation/localstack"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -35,7 +35,7 @@ func needBwrap(t *testing.T) {
 
 func TestRunCode(t *testing.T) {
 	needBwrap(t)
-	db := ddblocal.ForTests(t)
+	db := testddb.ForTests(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
 [server]
 data_dir = %q
@@ -109,7 +109,7 @@ sync_wait = "1s"
 // a sandbox the ledger never knew.
 func TestReap(t *testing.T) {
 	needBwrap(t)
-	if _, err := ddblocal.Shared(); err != nil {
+	if _, err := testddb.Shared(); err != nil {
 		t.Skipf("DynamoDB Local unavailable: %v", err)
 	}
 	dir := t.TempDir()

@@ -6,7 +6,7 @@ import (
 	"io"
 	"runtime"
 
-	"github.com/sandstep/sandstep/internal/version"
+	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
 

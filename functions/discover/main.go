@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/sandstep/sandstep/internal/app"
+	"github.com/sandstep/sandstep/internal/service/app"
 )
 
 func main() {

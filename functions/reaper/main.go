@@ -13,11 +13,11 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
-	"github.com/sandstep/sandstep/internal/app"
-	"github.com/sandstep/sandstep/internal/engine"
-	"github.com/sandstep/sandstep/internal/providerhost"
-	"github.com/sandstep/sandstep/internal/reaper"
-	"github.com/sandstep/sandstep/internal/sessions"
+	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sessions"
 )
 
 func main() {

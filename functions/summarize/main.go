@@ -8,8 +8,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/sandstep/sandstep/internal/app"
-	"github.com/sandstep/sandstep/internal/providerhost"
+	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
 )
 
 func main() {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sandstep/sandstep/internal/testdns"
+	"github.com/sandstep/sandstep/internal/testkit/testdns"
 )
 
 // FixtureDomain is the domain the fixture's DNS server answers for: the

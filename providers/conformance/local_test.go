@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/conformance"
 	"github.com/sandstep/sandstep/providers/plugin"

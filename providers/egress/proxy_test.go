@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/testdns"
-	"github.com/sandstep/sandstep/internal/testhttp"
+	"github.com/sandstep/sandstep/internal/testkit/testdns"
+	"github.com/sandstep/sandstep/internal/testkit/testhttp"
 	"github.com/sandstep/sandstep/providers"
 )
 

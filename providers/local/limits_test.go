@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/testhost"
+	"github.com/sandstep/sandstep/internal/testkit/testhost"
 	"github.com/sandstep/sandstep/providers"
 )
 

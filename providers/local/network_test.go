@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/testdns"
-	"github.com/sandstep/sandstep/internal/testhttp"
+	"github.com/sandstep/sandstep/internal/testkit/testdns"
+	"github.com/sandstep/sandstep/internal/testkit/testhttp"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
 )

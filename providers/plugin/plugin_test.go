@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/testlog"
+	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
 	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
 )

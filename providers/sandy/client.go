@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/version"
+	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 	"github.com/sandstep/sandstep/providers/conformance"
 )
 

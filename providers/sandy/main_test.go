@@ -11,8 +11,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandstep/sandstep/internal/fakesandy"
-	"github.com/sandstep/sandstep/internal/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
 

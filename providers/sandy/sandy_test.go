@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/fakesandy"
-	"github.com/sandstep/sandstep/internal/testlog"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/sandy"
 )

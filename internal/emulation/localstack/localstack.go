@@ -1,0 +1,342 @@
+// Package localstack runs the whole of sandstep on one machine: DynamoDB
+// Local with the tables of template.yaml, the configured provider plugin, the
+// local ASL engine running statemachine definitions with the phase handlers
+// in-process, and the HTTP API. `sandstep serve` and the end-to-end tests
+// start it the same way.
+package localstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/emulation/asl"
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
+	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers/plugin"
+)
+
+// StateMachineID is the template resource of the deep-research machine.
+const StateMachineID = "DeepResearchStateMachine"
+
+// StatusChangeFunction is the function the template's status-change rule
+// invokes (Cleanup).
+const StatusChangeFunction = "CleanupFunction"
+
+// Options configure a Stack.
+type Options struct {
+	Config *config.Config
+	// Template is template.yaml; default: beside the config file, else
+	// $SANDSTEP_TEMPLATE or the first found walking up from the working
+	// directory.
+	Template string
+	// Store, when set, is used as is (tests pass one on a shared DynamoDB
+	// Local). Otherwise DynamoDB Local is started with its data kept under
+	// DataDir/dynamodb and the tables are created if missing.
+	Store *store.Store
+	// DB is the client Store was made with; the sessions keep their runs
+	// and events in its sessions table. Required with Store when
+	// [sessions] is enabled.
+	DB      *dynamodb.Client
+	DataDir string
+	// TablePrefix for a started DynamoDB Local; default "sandstep-local-".
+	TablePrefix string
+	// DevToken is accepted for tenant "dev" besides config's tokens.
+	DevToken string
+	// WrapInvoker lets tests inject faults between the engine and the
+	// phases, where Lambda's own failures would happen.
+	WrapInvoker func(asl.Invoker) asl.Invoker
+	CancelGrace time.Duration
+	CancelPoll  time.Duration
+	Clock       asl.Clock
+	// ReaperInterval overrides [sessions] reaper_interval for the cleanup
+	// ticker; negative runs no ticker (tests run Reaper.Pass themselves).
+	ReaperInterval time.Duration
+	Logger         *slog.Logger
+}
+
+// Stack is the running local system.
+type Stack struct {
+	App      *app.App
+	Provider *plugin.Client
+	Engine   *engine.Local
+	Handler  http.Handler
+	// Sessions is nil when [sessions] is off and no DB was given.
+	Sessions *sessions.Service
+	Reaper   *reaper.Reaper
+	ddb      *ddblocal.Instance
+	log      *slog.Logger
+
+	stopReaper context.CancelFunc
+	reaperDone chan struct{}
+}
+
+// Start brings the stack up; Shutdown takes it down. Before it returns (and
+// so before anything is served), it takes up what a previous process on the
+// same data left behind: executions resume, and the reaper's startup pass
+// ends what nothing claims (see recover.go).
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	cfg := opts.Config
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.Template == "" {
+		opts.Template = filepath.Join(cfg.Dir, "template.yaml")
+		if _, err := os.Stat(opts.Template); err != nil {
+			if opts.Template, err = ddblocal.FindTemplate(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	tmpl, err := samtemplate.Load(opts.Template)
+	if err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	s := &Stack{log: log}
+	defer func() {
+		if err != nil {
+			s.Shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	st, db := opts.Store, opts.DB
+	if st == nil {
+		dataDir := opts.DataDir
+		if dataDir == "" {
+			dataDir = cfg.Server.DataDir
+		}
+		s.ddb, err = ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(dataDir, "dynamodb")})
+		if err != nil {
+			return nil, fmt.Errorf("DynamoDB Local: %w", err)
+		}
+		prefix := opts.TablePrefix
+		if prefix == "" {
+			prefix = "sandstep-local-"
+		}
+		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
+			return nil, fmt.Errorf("create tables: %w", err)
+		}
+		// Where to look at the tables with any DynamoDB client.
+		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
+		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
+	}
+	if s.App, err = app.New(cfg, st, log); err != nil {
+		return nil, err
+	}
+	s.Provider, err = providerhost.Open(ctx, cfg, "", log)
+	if err != nil {
+		return nil, err
+	}
+	s.App.UseProvider(s.Provider)
+	s.App.Phases.CancelPoll = opts.CancelPoll
+
+	def, subs, err := stateMachine(tmpl, StateMachineID)
+	if err != nil {
+		return nil, err
+	}
+	var inv asl.Invoker = engine.NewInvoker(engine.Functions{
+		"DiscoverFunction":  s.App.Phases.Discover,
+		"ProvisionFunction": s.App.Phases.Provision,
+		"CrawlFunction":     s.App.Phases.Crawl,
+		"SummarizeFunction": s.App.Phases.Summarize,
+		"ReportFunction":    s.App.Phases.Report,
+		"CleanupFunction":   s.App.Phases.Cleanup,
+	})
+	if faultHook != nil {
+		inv = faultHook(inv)
+	}
+	if opts.WrapInvoker != nil {
+		inv = opts.WrapInvoker(inv)
+	}
+	s.Engine, err = engine.NewLocal(engine.LocalOptions{
+		Definition:           def,
+		Substitutions:        subs,
+		Name:                 StateMachineID,
+		Invoker:              inv,
+		StatusChangeFunction: StatusChangeFunction,
+		CancelGrace:          opts.CancelGrace,
+		Store:                st,
+		Clock:                opts.Clock,
+		Logger:               log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	auth, err := api.NewAuthenticator(cfg.Auth, os.Getenv, opts.DevToken)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startSessions(ctx, opts, st, db); err != nil {
+		return nil, err
+	}
+	s.recover(ctx, started)
+	s.startReaper(opts)
+	s.Handler = api.New(api.Options{
+		Store:     st,
+		Executor:  s.Engine,
+		Provider:  s.Provider,
+		Auth:      auth,
+		Sessions:  s.Sessions,
+		Logger:    log,
+		Streaming: true,
+		Server:    cfg.Server,
+	})
+	return s, nil
+}
+
+// startSessions wires the run_code sessions and the cleanup: the
+// dependency snapshot starts building now, and the reaper runs every
+// reaper_interval.
+func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store, db *dynamodb.Client) error {
+	cfg := opts.Config
+	if cfg.Sessions.Enabled && db == nil {
+		return errors.New("localstack: [sessions] is enabled, so Options.DB must be the DynamoDB client of Options.Store")
+	}
+	if db != nil {
+		var err error
+		s.Sessions, err = sessions.New(sessions.Options{Config: cfg, Store: st, DB: db, Provider: s.Provider, Logger: s.log})
+		if err != nil {
+			return err
+		}
+		if cfg.Sessions.Enabled {
+			if err := s.Sessions.StartSnapshot(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions,
+		Executions: s.Engine, CancelGrace: opts.CancelGrace, Logger: s.log}
+	return nil
+}
+
+// startReaper runs the cleanup every reaper_interval.
+func (s *Stack) startReaper(opts Options) {
+	interval := opts.ReaperInterval
+	if interval == 0 {
+		interval = opts.Config.Sessions.ReaperInterval.D()
+	}
+	if interval < 0 {
+		return
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	s.stopReaper, s.reaperDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.reaperDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				// Pass logs its counts and errors.
+				_, _ = s.Reaper.Pass(rctx)
+			}
+		}
+	}()
+}
+
+// stateMachine reads a state machine's definition and its substitutions
+// (placeholder -> function logical id) from the template.
+func stateMachine(t *samtemplate.Template, id string) ([]byte, map[string]string, error) {
+	uri, ok := t.Property(id, "DefinitionUri")
+	path, isString := uri.(string)
+	if !ok || !isString {
+		return nil, nil, fmt.Errorf("template: %s has no DefinitionUri file", id)
+	}
+	def, err := os.ReadFile(filepath.Join(t.Dir, path))
+	if err != nil {
+		return nil, nil, fmt.Errorf("template: %s: %w", id, err)
+	}
+	raw, _ := t.Property(id, "DefinitionSubstitutions")
+	m, _ := raw.(map[string]any)
+	subs := make(map[string]string, len(m))
+	for ph, v := range m {
+		target, err := getAttArn(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("template: %s substitution %s: %w", id, ph, err)
+		}
+		subs[ph] = target
+	}
+	return def, subs, nil
+}
+
+// getAttArn returns X of {"Fn::GetAtt": ["X", "Arn"]}: the only kind of
+// substitution the local engine can map to an in-process handler.
+func getAttArn(v any) (string, error) {
+	m, _ := v.(map[string]any)
+	args, _ := m["Fn::GetAtt"].([]any)
+	if len(args) == 2 {
+		res, _ := args[0].(string)
+		attr, _ := args[1].(string)
+		if res != "" && attr == "Arn" {
+			return res, nil
+		}
+	}
+	return "", fmt.Errorf("want !GetAtt <Function>.Arn, got %v", v)
+}
+
+// Shutdown stops every execution (their cleanups terminate the sandboxes),
+// terminates whatever the ledger still holds as live, stops the plugin and
+// DynamoDB Local. Nothing is left running.
+func (s *Stack) Shutdown(ctx context.Context) error {
+	var errs []error
+	if s.stopReaper != nil {
+		s.stopReaper()
+		<-s.reaperDone
+	}
+	if s.Sessions != nil {
+		errs = append(errs, s.Sessions.Shutdown(ctx))
+	}
+	if s.Engine != nil {
+		errs = append(errs, s.Engine.Shutdown(ctx))
+	}
+	if s.App != nil && s.Provider != nil {
+		errs = append(errs, s.terminateLive(ctx))
+	}
+	if s.Provider != nil {
+		errs = append(errs, s.Provider.Close())
+	}
+	if s.ddb != nil {
+		errs = append(errs, s.ddb.Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// terminateLive is the backstop for sandboxes no cleanup reached.
+func (s *Stack) terminateLive(ctx context.Context) error {
+	live, err := s.App.Store.LedgerListLive(ctx, time.Now().Add(100*365*24*time.Hour), 1000)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	var errs []error
+	for _, e := range live {
+		if e.ProviderID != "" {
+			if err := s.Provider.Terminate(ctx, e.ProviderID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		if _, err := s.App.Store.LedgerClose(ctx, e.Name, "shutdown"); err != nil {
+			errs = append(errs, err)
+		}
+		s.log.Info("terminated sandbox at shutdown", "sandbox_id", e.ProviderID, "name", e.Name)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,116 @@
+package localstack_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/emulation/asl"
+	"github.com/sandstep/sandstep/internal/service/research"
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
+	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
+)
+
+// startFakeSandy runs the contract's fake Sandy on 127.0.0.1.
+func startFakeSandy(t testing.TB) *fakesandy.Running {
+	t.Helper()
+	requireBwrap(t)
+	fs, err := fakesandy.Start(fakesandy.Options{APIKey: sandyKey, Dir: t.TempDir()}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return fs
+}
+
+// The same deep-research job on every provider: the configurations differ
+// in [provider] name alone.
+func TestResearchOnEveryProvider(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b")}
+	for _, name := range []string{"local", "sandy"} {
+		t.Run(name, func(t *testing.T) {
+			o := stackOpts{provider: name, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()}
+			var fake *fakesandy.Running
+			fake = startFakeSandy(t)
+			o.sandyURL = fake.URL
+			s := newStackWith(t, o)
+			if name == "sandy" {
+				s.live = fake.Sandboxes
+			}
+			id := "job-on-" + name
+			s.research(t, id, "light", "balanced", seeds)
+			srcs := s.sources(t, id)
+			crawled := 0
+			for _, src := range srcs {
+				if src.Origin == store.OriginCrawl {
+					crawled++
+				}
+			}
+			if crawled != len(seeds) {
+				t.Errorf("%d pages crawled on %s, want %d", crawled, name, len(seeds))
+			}
+			md := s.reportMarkdown(t, id)
+			citesOnly(t, md, srcs, store.OriginCrawl)
+			var how string
+			for _, e := range s.events(t, id) {
+				if m := fmt.Sprint(e["message"]); strings.HasPrefix(m, "crawler ") && e["stage"] == "setup" {
+					how = m
+				}
+			}
+			t.Logf("%s: %s", name, how)
+			if want := map[string]string{"local": "crawler mounted", "sandy": "crawler uploaded"}[name]; !strings.HasPrefix(how, want) {
+				t.Errorf("crawler delivery on %s: %q, want %q", name, how, want)
+			}
+			s.noLiveSandboxes(t, id)
+		})
+	}
+}
+
+func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
+	// Slow pages keep the crawler busy long enough to lose its sandbox.
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1, Latency: 3 * time.Second})
+	fake := startFakeSandy(t)
+	id := "job-preempted"
+	var s *stack
+	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"), site.Hosts[0].Page("/c")}
+	s = newStackWith(t, stackOpts{provider: "sandy", sandyURL: fake.URL, config: "[research]\nrender = \"never\"\n", searx: snippetSearx(t, seeds), allowPrivate: site.AllowPrivate(),
+		wrap: func(inv asl.Invoker) asl.Invoker {
+			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(ctx context.Context, n int) error {
+				if n == 1 {
+					go preemptWhenCrawling(t, s, fake, id)
+				}
+				return nil
+			}}
+		}})
+	s.live = fake.Sandboxes
+	job := s.research(t, id, "light", "balanced", seeds)
+	if fb := fallbacks(job); !slices.Contains(fb, research.FallbackSnippets) {
+		t.Errorf("fallbacks %v, want %s", fb, research.FallbackSnippets)
+	}
+	citesOnly(t, s.reportMarkdown(t, id), s.sources(t, id), store.OriginSearch)
+	s.noLiveSandboxes(t, id)
+}
+
+// preemptWhenCrawling makes the fake drop the job's sandbox once the
+// crawler runs in it, as Sandy does under memory pressure.
+func preemptWhenCrawling(t *testing.T, s *stack, fake *fakesandy.Running, id string) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		job, err := s.st.GetJob(context.Background(), devKey(id))
+		evs, _ := s.st.ListEvents(context.Background(), devKey(id), 0, 1000)
+		started := slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(string(e.Data), "crawler started") })
+		if err == nil && started && job.SandboxID != "" {
+			if !fake.Preempt(job.SandboxID) {
+				t.Errorf("preempt %s: no such sandbox", job.SandboxID)
+			}
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("the crawl never started")
+}

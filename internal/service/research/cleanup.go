@@ -1,0 +1,172 @@
+package research
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sandstep/sandstep/internal/service/store"
+)
+
+// StateError is the {"Error","Cause"} object a Catch puts at its ResultPath.
+type StateError struct {
+	Error string `json:"Error"`
+	Cause string `json:"Cause"`
+}
+
+// CleanupInput is either the state machine's input to Cleanup or the
+// EventBridge "Step Functions Execution Status Change" event, which invokes
+// Cleanup for executions that ended where no Catch runs (aborted, timed out).
+type CleanupInput struct {
+	JobID   string      `json:"job_id"`
+	Outcome string      `json:"outcome"`
+	Error   *StateError `json:"error,omitempty"`
+
+	DetailType string        `json:"detail-type,omitempty"`
+	Detail     *StatusChange `json:"detail,omitempty"`
+}
+
+// StatusChange is the detail of an execution status change event.
+type StatusChange struct {
+	ExecutionARN string `json:"executionArn"`
+	Name         string `json:"name"`
+	Status       string `json:"status"`
+	Error        string `json:"error,omitempty"`
+	Cause        string `json:"cause,omitempty"`
+}
+
+// CleanupOutput is the job's final status.
+type CleanupOutput struct {
+	Status     string `json:"status"`
+	Terminated int    `json:"terminated"`
+}
+
+// Cleanup terminates the job's sandboxes and closes the job. It runs on
+// success, from every Catch, and again from the status-change rule and the
+// reaper, so it is idempotent: a second call terminates nothing new and
+// keeps the status the first one set.
+func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, error) {
+	jobID := in.JobID
+	if jobID == "" && in.Detail != nil {
+		jobID = in.Detail.Name
+	}
+	if jobID == "" {
+		return CleanupOutput{}, &BadInput{Message: "cleanup needs job_id or an execution status change event"}
+	}
+	job, err := p.Store.GetJob(ctx, jobID)
+	if errors.Is(err, store.ErrNotFound) {
+		return CleanupOutput{}, &BadInput{Message: "job " + jobID + " does not exist"}
+	}
+	if err != nil {
+		return CleanupOutput{}, fmt.Errorf("cleanup: load job: %w", err)
+	}
+	log := p.logger().With("job_key", jobID, "tenant", job.Tenant, "job_id", job.ClientID, "phase", "cleanup")
+	if !job.Status.Terminal() {
+		if _, err := p.Store.SetStep(ctx, jobID, store.Step{ID: store.StepCleanup, State: store.StepRunning}); err != nil && !errors.Is(err, store.ErrConflict) {
+			return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
+		}
+	}
+	// Sandboxes first: whatever happens to the record, nothing keeps running.
+	reason := "completed"
+	if job.CancelRequested {
+		reason = "cancelled"
+	}
+	n, err := p.terminateJobSandboxes(ctx, jobID, reason)
+	if err != nil {
+		return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
+	}
+	if job.Status.Terminal() {
+		return CleanupOutput{Status: string(job.Status), Terminated: n}, nil
+	}
+	status, msg := finalStatus(job, in)
+	// The store allows each final status only from the statuses that may
+	// legally precede it.
+	upd := store.JobUpdate{Status: status}
+	if msg != "" {
+		upd.Error = &msg
+	}
+	// Steps left running ended with the failure.
+	if status != store.StatusSucceeded {
+		for _, s := range job.Steps {
+			if s.State == store.StepRunning && s.ID != store.StepCleanup {
+				if _, err := p.Store.SetStep(ctx, jobID, store.Step{ID: s.ID, State: store.StepError, Current: s.Current, Total: s.Total}); err != nil && !errors.Is(err, store.ErrConflict) {
+					return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
+				}
+			}
+		}
+	}
+	if _, err := p.Store.SetStep(ctx, jobID, store.Step{ID: store.StepCleanup, State: store.StepComplete}); err != nil && !errors.Is(err, store.ErrConflict) {
+		return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
+	}
+	data, _ := json.Marshal(EventData{Stage: "job", Status: string(status), Message: finishMessage(status, msg)})
+	if _, err := p.Store.AppendEvents(ctx, jobID, []store.Event{{Key: "job:finished", Type: "job", Data: data}}); err != nil {
+		return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
+	}
+	job, err = p.Store.UpdateJob(ctx, jobID, upd)
+	if errors.Is(err, store.ErrConflict) && job.Status.Terminal() {
+		// Another cleanup got there first.
+		return CleanupOutput{Status: string(job.Status), Terminated: n}, nil
+	}
+	if err != nil {
+		return CleanupOutput{}, fmt.Errorf("cleanup: close job: %w", err)
+	}
+	log.Info("job finished", "status", status, "terminated", n)
+	return CleanupOutput{Status: string(status), Terminated: n}, nil
+}
+
+// finalStatus decides how the job ended from the cleanup input.
+func finalStatus(job store.Job, in CleanupInput) (store.Status, string) {
+	if job.CancelRequested {
+		return store.StatusCancelled, ""
+	}
+	if in.Detail != nil {
+		switch in.Detail.Status {
+		case "SUCCEEDED":
+			return store.StatusSucceeded, ""
+		case "TIMED_OUT":
+			return store.StatusFailed, "the execution timed out"
+		case "ABORTED":
+			return store.StatusFailed, "the execution was stopped"
+		default:
+			return store.StatusFailed, errorMessage(in.Detail.Error, in.Detail.Cause)
+		}
+	}
+	if in.Error != nil {
+		if in.Error.Error == "JobCancelled" {
+			return store.StatusCancelled, ""
+		}
+		return store.StatusFailed, errorMessage(in.Error.Error, in.Error.Cause)
+	}
+	if in.Outcome == "succeeded" {
+		return store.StatusSucceeded, ""
+	}
+	return store.StatusFailed, "the job failed"
+}
+
+// errorMessage renders a Step Functions error. A Lambda's Cause is the JSON
+// error response ({"errorMessage","errorType"}); the message is what a user
+// can read.
+func errorMessage(name, cause string) string {
+	var lambdaErr struct {
+		Message string `json:"errorMessage"`
+		Type    string `json:"errorType"`
+	}
+	if json.Unmarshal([]byte(cause), &lambdaErr) == nil && lambdaErr.Message != "" {
+		cause = lambdaErr.Message
+	}
+	switch {
+	case name == "":
+		return cause
+	case cause == "":
+		return name
+	}
+	return name + ": " + cause
+}
+
+func finishMessage(status store.Status, msg string) string {
+	if msg == "" {
+		return "job " + string(status)
+	}
+	return "job " + string(status) + ": " + msg
+}

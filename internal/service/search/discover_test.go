@@ -1,0 +1,311 @@
+package search_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/search"
+	"github.com/sandstep/sandstep/internal/service/store"
+)
+
+// searx is a fake SearxNG instance answering each query from answers
+// (query -> results as url|title|content lines); unknown queries get no
+// results.
+func searx(t *testing.T, answers map[string][]string) (*search.SearxNG, *atomic.Int32) {
+	t.Helper()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		var b strings.Builder
+		for i, line := range answers[r.URL.Query().Get("q")] {
+			f := strings.Split(line, "|")
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"url":%q,"title":%q,"content":%q,"engine":"bing","engines":["bing"],"positions":[%d],"score":1,"category":"general"}`, f[0], f[1], f[2], i+1)
+		}
+		fmt.Fprintf(w, `{"query":%q,"number_of_results":0,"results":[%s],"answers":[],"corrections":[],"infoboxes":[],"suggestions":[],"unresponsive_engines":[]}`, r.URL.Query().Get("q"), b.String())
+	}))
+	t.Cleanup(srv.Close)
+	s, err := search.NewSearxNG(srv.URL, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, &hits
+}
+
+func failing(t *testing.T, status int) (*search.SearxNG, *atomic.Int32) {
+	t.Helper()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(status)
+		io.WriteString(w, "upstream trouble")
+	}))
+	t.Cleanup(srv.Close)
+	s, _ := search.NewSearxNG(srv.URL, fast)
+	return s, &hits
+}
+
+func urls(ss []store.Source) []string {
+	var out []string
+	for i, s := range ss {
+		if s.N != i+1 || s.Origin != store.OriginSearch {
+			out = append(out, fmt.Sprintf("BAD N=%d origin=%s", s.N, s.Origin))
+		}
+		out = append(out, s.URL)
+	}
+	return out
+}
+
+func TestDiscoverRanksDedupesAndCaps(t *testing.T) {
+	s, _ := searx(t, map[string][]string{
+		"go": {
+			"https://Go.dev:443/?utm_source=x#top|Go|Go is a language.",
+			"https://example.com/a|A|first a",
+			"https://example.com/b|B|b",
+			"https://example.com/c|C|c",
+		},
+		"go overview": {
+			"https://example.com/b?utm_medium=y|B2|b again",
+			"https://go.dev/|Go dev|other snippet",
+			"https://seed.example/x|Seed page|seed snippet",
+			"https://example.com/d|D|d",
+		},
+	})
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "go", []string{"go overview"}, []string{"https://SEED.example/x#frag", "http://other.example:80"}, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Seeds first in their order; then best rank 1 (go.dev and b, each in
+	// two answers, go.dev seen first), rank 2 (a), rank 4 (c before d, seen
+	// first), cut at 4 besides the seeds.
+	want := []string{
+		"https://seed.example/x", "http://other.example/",
+		"https://go.dev/", "https://example.com/b", "https://example.com/a", "https://example.com/c",
+	}
+	if got := urls(d.Sources); !reflect.DeepEqual(got, want) {
+		t.Fatalf("sources:\n got  %v\n want %v", got, want)
+	}
+	// A seed found by a search gets its title and snippet; the best-ranked
+	// answer's text wins.
+	if s := d.Sources[0]; s.Title != "Seed page" || s.Snippet != "seed snippet" {
+		t.Errorf("seed source = %+v", s)
+	}
+	if s := d.Sources[1]; s.Title != "" || s.Snippet != "" {
+		t.Errorf("seed without result = %+v", s)
+	}
+	if s := d.Sources[2]; s.Title != "Go" || s.Snippet != "Go is a language." {
+		t.Errorf("go.dev = %+v", s)
+	}
+	if s := d.Sources[3]; s.Title != "B2" || s.Snippet != "b again" {
+		t.Errorf("example.com/b = %+v (rank 1 answer should win over rank 3)", s)
+	}
+	wantQ := []search.QueryOutcome{{Query: "go", Backend: "searxng", Results: 4}, {Query: "go overview", Backend: "searxng", Results: 4}}
+	if !reflect.DeepEqual(d.Queries, wantQ) {
+		t.Errorf("queries = %+v", d.Queries)
+	}
+}
+
+// More answers win between equal best ranks.
+func TestDiscoverFrequencyBreaksRankTies(t *testing.T) {
+	s, _ := searx(t, map[string][]string{
+		"q":   {"https://a.example/|a|a", "https://b.example/|b|b"},
+		"q 2": {"https://c.example/|c|c", "https://b.example/|b|b"},
+		"q 3": {"https://d.example/|d|d", "https://b.example/|b|b"},
+	})
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", []string{"q 2", "q 3"}, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://a.example/", "https://c.example/", "https://d.example/", "https://b.example/"}
+	if got := urls(d.Sources); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+	s2, _ := searx(t, map[string][]string{
+		"q":   {"https://a.example/|a|a", "https://b.example/|b|b"},
+		"q 2": {"https://b.example/|b|b", "https://c.example/|c|c"},
+	})
+	d, _ = search.Discover(ctx(t), []search.Backend{s2}, "q", []string{"q 2"}, nil, 10)
+	want = []string{"https://b.example/", "https://a.example/", "https://c.example/"}
+	if got := urls(d.Sources); !reflect.DeepEqual(got, want) {
+		t.Fatalf("b is rank 1 in two answers, a in one: got %v want %v", got, want)
+	}
+}
+
+// The first backend fails, the second answers; a backend that refused
+// outright is not asked again; an empty answer passes to the next one.
+func TestDiscoverFallsBackInOrder(t *testing.T) {
+	down, downHits := failing(t, http.StatusBadGateway)
+	refused, refusedHits := failing(t, http.StatusUnauthorized)
+	empty, emptyHits := searx(t, nil)
+	wikiSrv, wikiHits := fakeWikipedia(t, wikipediaAnswer)
+	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
+
+	d, err := search.Discover(ctx(t), []search.Backend{down, refused, empty, wiki}, "go", search.RelatedQueries("go", 2), nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Sources) != 3 || !strings.HasPrefix(d.Sources[0].URL, wikiSrv.URL+"/wiki/Go_(programming_language)") {
+		t.Fatalf("sources = %+v", d.Sources)
+	}
+	if len(d.Queries) != 3 {
+		t.Fatalf("queries = %+v", d.Queries)
+	}
+	for i, q := range d.Queries {
+		if q.Backend != "wikipedia" || q.Results != 3 {
+			t.Errorf("query %d = %+v", i, q)
+		}
+	}
+	if n := len(d.Queries[0].Errors); n != 2 {
+		t.Errorf("first query errors = %v", d.Queries[0].Errors)
+	}
+	if n := len(d.Queries[1].Errors); n != 1 || !strings.Contains(d.Queries[1].Errors[0].Error(), "HTTP 502") {
+		t.Errorf("second query errors = %v (the refusing backend must be skipped)", d.Queries[1].Errors)
+	}
+	// 3 queries x 3 attempts on the 502 backend, 1 on the refusing one.
+	if downHits.Load() != 9 || refusedHits.Load() != 1 || emptyHits.Load() != 3 || wikiHits.Load() != 3 {
+		t.Errorf("requests: down %d refused %d empty %d wiki %d", downHits.Load(), refusedHits.Load(), emptyHits.Load(), wikiHits.Load())
+	}
+}
+
+func TestDiscoverEveryBackendFails(t *testing.T) {
+	down, _ := failing(t, http.StatusServiceUnavailable)
+	_, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, nil, 10)
+	var e *search.Error
+	if err == nil || !errors.As(err, &e) || e.Backend != "searxng" || !strings.HasPrefix(err.Error(), "search: no source found: search: searxng: HTTP 503") {
+		t.Fatalf("err = %v", err)
+	}
+	// With seeds the job still has sources; the failure is in Queries.
+	d, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, []string{"https://a.example/"}, 10)
+	if err != nil || len(d.Sources) != 1 || len(d.Queries) != 1 || d.Queries[0].Backend != "" || len(d.Queries[0].Errors) != 1 {
+		t.Fatalf("d = %+v, err = %v", d, err)
+	}
+}
+
+// Seeds are always kept, even past the cap; no answer at all is no error.
+func TestDiscoverSeedsBeyondCap(t *testing.T) {
+	s, _ := searx(t, map[string][]string{"q": {"https://r.example/|r|r"}})
+	seeds := []string{"https://a.example/1", "https://a.example/2", "https://A.example/1#dup", "https://a.example/3"}
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, seeds, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://a.example/1", "https://a.example/2", "https://a.example/3", "https://r.example/"}
+	if got := urls(d.Sources); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+	none, _ := searx(t, nil)
+	d, err = search.Discover(ctx(t), []search.Backend{none}, "nothing", nil, nil, 5)
+	if err != nil || len(d.Sources) != 0 || d.Queries[0].Backend != "searxng" {
+		t.Fatalf("d = %+v, err = %v", d, err)
+	}
+}
+
+func TestDiscoverBadInput(t *testing.T) {
+	s, _ := searx(t, nil)
+	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"ftp://x.example/"}, 5); err == nil || !strings.Contains(err.Error(), "is not http or https") {
+		t.Errorf("ftp seed: %v", err)
+	}
+	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, nil, 0); err == nil {
+		t.Error("limit 0 accepted")
+	}
+	c, cancel := context.WithCancel(ctx(t))
+	cancel()
+	if _, err := search.Discover(c, []search.Backend{s}, "q", nil, nil, 5); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+func TestRelatedQueries(t *testing.T) {
+	if got := search.RelatedQueries("  solid   state batteries ", 3); !reflect.DeepEqual(got, []string{
+		"solid state batteries overview", "solid state batteries comparison", "solid state batteries latest research",
+	}) {
+		t.Errorf("got %q", got)
+	}
+	if got := search.RelatedQueries("x", 1); !reflect.DeepEqual(got, []string{"x overview"}) {
+		t.Errorf("got %q", got)
+	}
+	if got := search.RelatedQueries("x", 100); len(got) != 6 {
+		t.Errorf("got %d queries", len(got))
+	}
+	if search.RelatedQueries("x", 0) != nil || search.RelatedQueries(" ", 3) != nil {
+		t.Error("no queries expected")
+	}
+}
+
+func TestNormalizeURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"HTTPS://Example.COM:443/Path?b=2&a=1#frag":                   "https://example.com/Path?a=1&b=2",
+		"https://example.com/a/./b/../c/?fbclid=x&gclid=y":            "https://example.com/a/c/",
+		"https://example.com/?q=100%":                                 "https://example.com/?q=100%",
+		"https://example.com/?z=1&y=2&z=0":                            "https://example.com/?y=2&z=1&z=0",
+		"http://example.com:80":                                       "http://example.com/",
+		"http://example.com:8080/x":                                   "http://example.com:8080/x",
+		"https://example.com:80/x":                                    "https://example.com:80/x",
+		"https://user:pw@example.com/":                                "https://example.com/",
+		"https://example.com/?utm_source=a&id=7&UTM_Campaign=b":       "https://example.com/?id=7",
+		"https://example.com/?utm_source=a&utm_medium=b":              "https://example.com/",
+		"https://example.com/?utm%5Fsource=a&q=go+lang":               "https://example.com/?q=go+lang",
+		"https://example.com./a":                                      "https://example.com/a",
+		"https://[2001:DB8::1]:443/":                                  "https://[2001:db8::1]/",
+		"  https://en.wikipedia.org/wiki/Go_(programming_language)  ": "https://en.wikipedia.org/wiki/Go_(programming_language)",
+		"https://example.com/a?":                                      "https://example.com/a",
+	} {
+		got, err := search.NormalizeURL(in)
+		if err != nil || got != want {
+			t.Errorf("NormalizeURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "example.com", "ftp://example.com/", "mailto:a@b.c", "https://", "http://%zz/"} {
+		if got, err := search.NormalizeURL(in); err == nil {
+			t.Errorf("NormalizeURL(%q) = %q, want an error", in, got)
+		}
+	}
+}
+
+// Discover keeps URLs in the crawler's form, so that a page found twice is
+// crawled once.
+
+func TestFromConfig(t *testing.T) {
+	srv, _ := fakeSerper(t)
+	wikiSrv, _ := fakeWikipedia(t, wikipediaAnswer)
+	c := config.ResearchSearchConfig{
+		Backends:        []string{"serper", "searxng", "wikipedia"},
+		SearxNGURL:      "http://127.0.0.1:1",
+		SerperURL:       srv.URL,
+		SerperAPIKeyEnv: "TEST_SERPER_KEY",
+		WikipediaLang:   "en",
+		WikipediaURL:    wikiSrv.URL,
+		Timeout:         config.Duration(fast.Timeout),
+	}
+	env := map[string]string{"TEST_SERPER_KEY": serperKey}
+	bs, err := search.FromConfig(c, func(k string) string { return env[k] }, fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, b := range bs {
+		names = append(names, b.Name())
+	}
+	if !reflect.DeepEqual(names, []string{"serper", "searxng", "wikipedia"}) {
+		t.Fatalf("backends = %v", names)
+	}
+	if rs, err := bs[0].Search(ctx(t), "go", 3); err != nil || len(rs) != 3 {
+		t.Fatalf("serper from config: %v, %v", rs, err)
+	}
+	delete(env, "TEST_SERPER_KEY")
+	_, err = search.FromConfig(c, func(k string) string { return env[k] }, fast)
+	if err == nil || !strings.Contains(err.Error(), "TEST_SERPER_KEY is not set") {
+		t.Fatalf("missing key: %v", err)
+	}
+}

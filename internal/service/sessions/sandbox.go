@@ -1,0 +1,466 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// acquire moves the session to running at its version: from then on the
+// run holds it and the cleanup cannot delete it. A session another run
+// holds is waited for; one held longer than any run may take is taken
+// back from its holder, whose process is gone.
+func (s *Service) acquire(ctx context.Context, sess store.Session) (store.Session, error) {
+	key, id := sess.ID, sess.ClientID
+	for attempt := 0; ; attempt++ {
+		switch sess.State {
+		case store.SessionIdle:
+			got, err := s.st.BeginRun(ctx, key, sess.Version, s.ttl())
+			if err == nil {
+				return got, nil
+			}
+			if !errors.Is(err, store.ErrConflict) {
+				return sess, s.unavailable(err)
+			}
+			if got.ID == "" {
+				return sess, s.unavailable(err)
+			}
+			sess = got
+			continue
+		case store.SessionRunning:
+			if time.Since(sess.LastAccessedAt) > s.staleAfter() {
+				s.log.Warn("taking back a session held by a run that did not end", "session", key, "since", sess.LastAccessedAt)
+				if got, err := s.st.EndRun(ctx, key, sess.Version, s.ttl()); err == nil || got.ID != "" {
+					sess = got
+					continue
+				}
+			}
+		case store.SessionDeleting:
+			return sess, &Error{Kind: KindConflict, Message: fmt.Sprintf("session %q is being deleted; its files are going", id)}
+		case store.SessionDeleted:
+			return sess, s.gone(ctx, sess)
+		default:
+			return sess, &Error{Kind: KindUnavailable, Message: fmt.Sprintf("session %q is in an unknown state %q", id, sess.State)}
+		}
+		// Held by another run: wait for it, backing off up to a second.
+		d := time.Duration(rand.Int64N(int64(20*time.Millisecond)<<min(attempt, 6))) + 5*time.Millisecond
+		t := time.NewTimer(min(d, time.Second))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return sess, &Error{Kind: KindConflict, Message: fmt.Sprintf("session %q stayed busy with another run", id), Err: ctx.Err()}
+		case <-t.C:
+		}
+		got, err := s.st.GetSession(ctx, key)
+		if err != nil {
+			return sess, s.unavailable(err)
+		}
+		sess = got
+	}
+}
+
+// release ends the run's hold on the session; the volume's idle time
+// counts from now.
+func (s *Service) release(ctx context.Context, sess *store.Session) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	got, err := s.st.EndRun(ctx, sess.ID, sess.Version, s.ttl())
+	if err != nil {
+		// Taken back as stale meanwhile, or the store failed: either way
+		// the cleanup or the next run sorts the session out.
+		s.log.Warn("ending a run's hold on its session", "session", sess.ID, "err", err)
+		return
+	}
+	*sess = got
+}
+
+// runCode runs code in the session's sandbox, starting one if needed.
+func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code string) (*Result, error) {
+	// A first build may take minutes: wait for it before holding the
+	// session, so that holding it stays within what staleAfter allows.
+	if err := s.snapshotReady(ctx); err != nil {
+		return nil, err
+	}
+	held, err := s.acquire(ctx, sess)
+	if err != nil {
+		return nil, err
+	}
+	defer s.release(ctx, &held)
+	ctx, cancel := context.WithTimeout(ctx, setupBudget+run.Timeout)
+	defer cancel()
+	log := s.log.With("session", held.ID, "run_id", run.ID)
+	for attempt := 0; ; attempt++ {
+		sbID, err := s.ensureSandbox(ctx, &held, run.Timeout)
+		if err != nil {
+			return nil, err
+		}
+		mark := newMark()
+		stdout, stderr := newCaptures(s.redact)
+		req := execRequest(run.Language, code, mark, s.runEnv(), run.Timeout)
+		req.Stdout, req.Stderr = stdout, stderr
+		res, err := s.prov.Exec(ctx, sbID, req)
+		if providers.IsNotFound(err) && attempt == 0 {
+			// The sandbox is gone (its lifetime or idle timeout ended at
+			// the provider); the code did not start. Start another.
+			log.Info("session sandbox is gone; starting another", "sandbox_id", sbID)
+			if derr := s.dropSandbox(ctx, &held, "gone"); derr != nil {
+				return nil, derr
+			}
+			continue
+		}
+		if err != nil {
+			return nil, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: s.hide(err)}
+		}
+		out := result(run.Language, mark, stdout, stderr, res, s.redact, s.cfg.MemoryMB)
+		log.Info("run ended", "sandbox_id", sbID, "language", run.Language, "success", out.Success,
+			"exit_code", out.ExitCode, "duration_ms", out.DurationMS, "timed_out", out.TimedOut, "oom", out.OOM)
+		return out, nil
+	}
+}
+
+// runEnv is what every run's command gets besides the sandbox's own
+// environment: where the dependencies are when they were installed at
+// start.
+func (s *Service) runEnv() map[string]string {
+	caps, _ := s.capabilities(context.Background())
+	if caps.Snapshots || len(s.deps.packages) == 0 {
+		return nil
+	}
+	_, env := s.deps.setup(startRoot)
+	return env
+}
+
+// ensureSandbox returns the session's sandbox, starting one when it has
+// none, or when the one it has would end before a run of timeout could.
+// The session must be held (running).
+func (s *Service) ensureSandbox(ctx context.Context, sess *store.Session, timeout time.Duration) (string, error) {
+	if id := sess.SandboxID; id != "" {
+		info, known := s.cached(id)
+		if !known {
+			sb, err := s.prov.Get(ctx, id)
+			switch {
+			case err == nil && sb.State == providers.StateRunning:
+				info = sandboxInfo{expiresAt: sb.ExpiresAt}
+				s.remember(id, info)
+			case err == nil || providers.IsNotFound(err):
+				info = sandboxInfo{expiresAt: time.Now()} // gone
+			default:
+				return "", &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
+			}
+		}
+		if info.expiresAt.IsZero() || time.Until(info.expiresAt) > timeout+time.Minute {
+			return id, nil
+		}
+		if err := s.dropSandbox(ctx, sess, "lifetime ending"); err != nil {
+			return "", err
+		}
+	}
+	return s.createSandbox(ctx, sess)
+}
+
+// dropSandbox lets go of the session's sandbox: the record first, then the
+// sandbox, so that no one else can still be handed it.
+func (s *Service) dropSandbox(ctx context.Context, sess *store.Session, reason string) error {
+	id := sess.SandboxID
+	got, err := s.st.SetSessionSandbox(ctx, sess.ID, sess.Version, "")
+	if err != nil {
+		return s.unavailable(err)
+	}
+	*sess = got
+	s.terminate(ctx, sess.ID, id, reason)
+	return nil
+}
+
+func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (string, error) {
+	caps, err := s.capabilities(ctx)
+	if err != nil {
+		return "", err
+	}
+	if !caps.Volumes {
+		return "", &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the sandbox provider %q has no volumes; sessions need them to keep files", s.provName)}
+	}
+	if caps.Snapshots {
+		if err := s.EnsureSnapshot(ctx); err != nil {
+			return "", err
+		}
+	}
+	if err := s.ensureVolume(ctx, *sess); err != nil {
+		return "", err
+	}
+	key, tenant, id := sess.ID, sess.Tenant, sess.ClientID
+	start := time.Now()
+	name := sandboxName(key)
+	labels := map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id}
+	if _, err := s.st.LedgerBegin(ctx, store.LedgerEntry{
+		Name: name, Provider: s.provName, Owner: sessionOwner(key), Tenant: tenant, Labels: labels,
+		Deadline: time.Now().Add(s.lifetime + time.Minute),
+	}); err != nil {
+		return "", s.unavailable(err)
+	}
+	spec := providers.CreateSpec{
+		Name:        name,
+		Labels:      labels,
+		Mounts:      []providers.Mount{{Volume: sess.VolumeSlug, Path: WorkspacePath}},
+		Secrets:     s.secrets,
+		Lifetime:    s.lifetime,
+		IdleTimeout: s.cfg.SandboxIdle() + time.Minute,
+		Resources:   providers.Resources{MemoryMB: s.cfg.MemoryMB},
+		Region:      s.cfg.Region,
+	}
+	mode := DepsNone
+	if len(s.deps.packages) > 0 {
+		mode = DepsAtStart
+	}
+	if caps.Snapshots {
+		spec.Snapshot = s.deps.slug
+		if mode != DepsNone {
+			mode = DepsSnapshot
+		}
+	} else if mode == DepsAtStart {
+		_, spec.Env = s.deps.setup(startRoot)
+	}
+	sb, err := s.prov.Create(ctx, spec)
+	if providers.CodeOf(err) == providers.FailedPrecondition {
+		// The volume is still mounted by a sandbox of this session that
+		// nothing refers to any more: the run holds the session, so it is
+		// a leftover.
+		s.terminateStrays(ctx, *sess)
+		sb, err = s.prov.Create(ctx, spec)
+	}
+	if err != nil {
+		s.closeEntry(ctx, name, "create failed")
+		return "", &Error{Kind: KindUnavailable, Message: "the session's sandbox did not start: " + s.redact.Error(err), Err: s.hide(err)}
+	}
+	fail := func(reason string, err error) (string, error) {
+		if terr := s.prov.Terminate(context.WithoutCancel(ctx), sb.ID); terr != nil {
+			s.log.Error("terminating a sandbox that could not be used", "sandbox_id", sb.ID, "err", terr)
+		} else {
+			s.closeEntry(ctx, name, reason)
+		}
+		return "", err
+	}
+	if _, err := s.st.LedgerRunning(ctx, name, sb.ID); err != nil {
+		return fail("ledger closed during create", s.unavailable(err))
+	}
+	s.remember(sb.ID, sandboxInfo{name: name, expiresAt: sb.ExpiresAt})
+	if mode == DepsAtStart {
+		if err := s.installAtStart(ctx, sb.ID); err != nil {
+			return fail("dependencies failed", err)
+		}
+	}
+	got, err := s.st.SetSessionSandbox(ctx, key, sess.Version, sb.ID)
+	if err != nil {
+		return fail("session changed", s.unavailable(err))
+	}
+	*sess = got
+	took := time.Since(start)
+	s.event(ctx, key, event{typ: EventSandboxStarted, data: map[string]any{
+		"sandbox_id": sb.ID, "dependencies": mode, "snapshot": spec.Snapshot, "took_ms": took.Milliseconds(),
+	}})
+	s.log.Info("session sandbox started", "session", key, "sandbox_id", sb.ID, "dependencies", mode, "took", took)
+	return sb.ID, nil
+}
+
+// installAtStart installs the dependencies in a new sandbox, for providers
+// without snapshots.
+func (s *Service) installAtStart(ctx context.Context, id string) error {
+	cmds, _ := s.deps.setup(startRoot)
+	out := &capture{keep: 4 << 10}
+	res, err := s.prov.Exec(ctx, id, providers.ExecRequest{
+		Shell: strings.Join(cmds, " && "), Stdout: out, Stderr: out, Timeout: setupBudget,
+	})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exit status %d: %s", res.ExitCode, s.redact.String(string(out.head)))
+	}
+	if err != nil {
+		return &Error{Kind: KindUnavailable, Message: "installing the dependencies in the session's sandbox failed", Err: s.hide(err)}
+	}
+	return nil
+}
+
+func (s *Service) ensureVolume(ctx context.Context, sess store.Session) error {
+	k := fmt.Sprintf("%s@%d", sess.ID, sess.CreatedAt.UnixMilli())
+	s.cacheMu.Lock()
+	ok := s.volumes[k]
+	s.cacheMu.Unlock()
+	if ok {
+		return nil
+	}
+	tenant, id := sess.Tenant, sess.ClientID
+	_, err := s.prov.CreateVolume(ctx, providers.VolumeSpec{
+		Slug:       sess.VolumeSlug,
+		Labels:     map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id},
+		CapacityMB: s.cfg.VolumeCapacityMB,
+		Region:     s.cfg.Region,
+	})
+	if err != nil {
+		return &Error{Kind: KindUnavailable, Message: "the session's volume could not be created: " + s.redact.Error(err), Err: s.hide(err)}
+	}
+	s.cacheMu.Lock()
+	s.volumes[k] = true
+	s.cacheMu.Unlock()
+	return nil
+}
+
+// terminate ends a sandbox of the session and closes its ledger entry.
+// Both steps are idempotent; a failure is logged and left to the cleanup,
+// which finds the entry still live.
+func (s *Service) terminate(ctx context.Context, key, id, reason string) {
+	if id == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	// What the sandbox sent and received, read while it lives.
+	if sb, err := s.prov.Get(ctx, id); err == nil {
+		s.log.Info("sandbox network usage", "session", key, "sandbox_id", id, "network", sb.Network)
+	}
+	if err := s.prov.Terminate(ctx, id); err != nil {
+		s.log.Error("terminating a session sandbox", "session", key, "sandbox_id", id, "err", s.redact.Error(err))
+		return
+	}
+	info, _ := s.cached(id)
+	s.forget(id)
+	name := info.name
+	if name == "" {
+		entries, err := s.st.LedgerListByOwner(ctx, sessionOwner(key))
+		if err != nil {
+			s.log.Warn("finding a session sandbox's ledger entry", "session", key, "err", err)
+		}
+		for _, e := range entries {
+			if e.ProviderID == id && e.State != store.LedgerTerminated {
+				name = e.Name
+			}
+		}
+	}
+	if name != "" {
+		s.closeEntry(ctx, name, reason)
+	}
+	s.event(ctx, key, event{typ: EventSandboxClosed, data: map[string]any{"sandbox_id": id, "reason": reason}})
+	s.log.Info("session sandbox closed", "session", key, "sandbox_id", id, "reason", reason)
+}
+
+// terminateStrays ends every live sandbox of the session: those the
+// ledger holds for it and, where the provider can list, those carrying its
+// labels.
+func (s *Service) terminateStrays(ctx context.Context, sess store.Session) {
+	key := sess.ID
+	entries, err := s.st.LedgerListByOwner(ctx, sessionOwner(key))
+	if err != nil {
+		s.log.Warn("listing a session's sandboxes", "session", key, "err", err)
+	}
+	for _, e := range entries {
+		if e.State == store.LedgerTerminated {
+			continue
+		}
+		if e.ProviderID != "" {
+			s.terminate(ctx, key, e.ProviderID, "stray")
+			continue
+		}
+		s.closeEntry(ctx, e.Name, "create never confirmed")
+	}
+	caps, err := s.capabilities(ctx)
+	// A record from before sessions kept their client's id has no labels
+	// to look for; its sandboxes are in the ledger.
+	if err != nil || !caps.ListByLabels || sess.ClientID == "" {
+		return
+	}
+	list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{
+		providers.LabelOwner: "sandstep", providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID,
+	}})
+	if err != nil {
+		s.log.Warn("listing a session's sandboxes at the provider", "session", key, "err", s.redact.Error(err))
+		return
+	}
+	for _, sb := range list {
+		s.terminate(ctx, key, sb.ID, "stray")
+	}
+}
+
+func (s *Service) closeEntry(ctx context.Context, name, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	if _, err := s.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.Warn("closing a ledger entry", "name", name, "err", err)
+	}
+}
+
+// finishDelete deletes a session in state deleting: its sandboxes, its
+// volume, then its record. Every step is idempotent, so the cleanup may
+// finish a deletion that the API or an earlier pass began.
+func (s *Service) finishDelete(ctx context.Context, sess store.Session, typ, reason string) (store.Session, error) {
+	key := sess.ID
+	s.terminate(ctx, key, sess.SandboxID, reason)
+	s.terminateStrays(ctx, sess)
+	if err := s.deleteVolume(ctx, sess.VolumeSlug); err != nil {
+		return sess, err
+	}
+	done, err := s.st.FinishDelete(ctx, key)
+	if err != nil {
+		return sess, s.unavailable(err)
+	}
+	s.event(ctx, key, event{typ: typ, data: map[string]any{"volume": sess.VolumeSlug, "reason": reason, "last_accessed_at": sess.LastAccessedAt}, final: true, once: "deleted"})
+	s.log.Info("session deleted", "session", key, "volume", sess.VolumeSlug, "reason", reason)
+	return done, nil
+}
+
+// deleteVolume retries a volume still held by a sandbox that is ending.
+func (s *Service) deleteVolume(ctx context.Context, slug string) error {
+	var err error
+	for attempt := range 5 {
+		if err = s.prov.DeleteVolume(ctx, slug); err == nil || providers.IsNotFound(err) {
+			return nil
+		}
+		if providers.CodeOf(err) != providers.FailedPrecondition {
+			break
+		}
+		t := time.NewTimer(100 * time.Millisecond << attempt)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return &Error{Kind: KindUnavailable, Message: "the session's volume could not be deleted: " + s.redact.Error(err), Err: s.hide(err)}
+}
+
+// event appends a session event; a failure is logged, not returned: the
+// state change it reports has happened.
+func (s *Service) event(ctx context.Context, key string, e event) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	wrote, err := s.rec.appendEvent(ctx, key, time.Now(), e)
+	if err != nil {
+		s.log.Warn("recording a session event", "session", key, "type", e.typ, "err", err)
+	}
+	return wrote
+}
+
+func (s *Service) cached(id string) (sandboxInfo, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	info, ok := s.sandboxes[id]
+	return info, ok
+}
+
+func (s *Service) remember(id string, info sandboxInfo) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if old, ok := s.sandboxes[id]; ok && info.name == "" {
+		info.name = old.name
+	}
+	s.sandboxes[id] = info
+}
+
+func (s *Service) forget(id string) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	delete(s.sandboxes, id)
+}
