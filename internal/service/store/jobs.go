@@ -170,6 +170,7 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool
 	}
 	item := jobKey(nj.ID)
 	item["tenant"] = avS(nj.Tenant)
+	item[tenantIndexAttr] = avS(nj.Tenant) // lists it (lists.go)
 	if nj.ClientID != "" {
 		item["client_id"] = avS(nj.ClientID)
 	}

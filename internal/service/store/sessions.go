@@ -92,6 +92,7 @@ func (s *Store) CreateSession(ctx context.Context, ns NewSession) (Session, bool
 	now := s.now()
 	item := sessionKey(ns.ID)
 	item["tenant"] = avS(ns.Tenant)
+	item[tenantIndexAttr] = avS(ns.Tenant) // lists it (lists.go)
 	if ns.ClientID != "" {
 		item["client_id"] = avS(ns.ClientID)
 	}

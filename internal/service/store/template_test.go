@@ -5,6 +5,7 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,8 +58,15 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 		t.Fatalf("sandboxes indexes = %+v", gsis)
 	}
 	gsis = byName["pre-sessions"].Input.GlobalSecondaryIndexes
-	if len(gsis) != 1 || keyOf(gsis[0].KeySchema) != "gsi_state:HASH,idle_expires_at:RANGE" {
+	if len(gsis) != 2 || keyOf(gsis[0].KeySchema) != "gsi_state:HASH,idle_expires_at:RANGE" ||
+		aws.ToString(gsis[1].IndexName) != "by-tenant" || keyOf(gsis[1].KeySchema) != "gsi_tenant:HASH,created_at:RANGE" {
 		t.Fatalf("sessions indexes = %+v", gsis)
+	}
+	gsis = byName["pre-jobs"].Input.GlobalSecondaryIndexes
+	if len(gsis) != 1 || aws.ToString(gsis[0].IndexName) != "by-tenant" || keyOf(gsis[0].KeySchema) != "gsi_tenant:HASH,created_at:RANGE" ||
+		gsis[0].Projection.ProjectionType != types.ProjectionTypeInclude || !slices.Contains(gsis[0].Projection.NonKeyAttributes, "request") ||
+		slices.Contains(gsis[0].Projection.NonKeyAttributes, "steps") {
+		t.Fatalf("jobs indexes = %+v", gsis)
 	}
 }
 

@@ -1,0 +1,169 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// A tenant's jobs and sessions are listed, newest first, from the by-tenant
+// index of their table (see template.yaml). Only the job record and the
+// session record carry gsi_tenant, so the index is sparse: a job's events,
+// sources and report, and a session's runs and events, are never in it.
+const (
+	tenantIndex     = "by-tenant"
+	tenantIndexAttr = "gsi_tenant"
+)
+
+// MaxListPage is the most items one List call returns.
+const MaxListPage = 100
+
+// listExamineLimit bounds how many index items one List call reads while
+// filtering, so a rare status in a long history costs a bounded read; the
+// page is then shorter than asked and Next says where to go on.
+const listExamineLimit = 10 * MaxListPage
+
+// ListPosition is a place in a tenant's listing: the item listed last.
+// Listing after it continues with the next older item.
+type ListPosition struct {
+	// CreatedAt is the item's creation time (milliseconds, as stored).
+	CreatedAt time.Time
+	// Key is the item's internal key (a job's or session's ID).
+	Key string
+}
+
+// ListQuery asks for one page of a tenant's items.
+type ListQuery struct {
+	// Limit is the page size, 1 to MaxListPage.
+	Limit int
+	// After continues a listing after that item; nil starts at the newest.
+	After *ListPosition
+}
+
+// JobPage is a page of a tenant's jobs, newest first. The listing index
+// holds a summary of each job: its Steps are all pending, and UpdatedAt,
+// Version and LastEventSeq are zero (read the job for those).
+type JobPage struct {
+	Jobs []Job
+	// Next continues the listing; nil when nothing older is left.
+	Next *ListPosition
+}
+
+// ListTenantJobs returns a page of the tenant's jobs, newest first; keep, when
+// not nil, filters them (the page is filled with jobs it keeps). The index
+// is eventually consistent: a job created a moment ago may be missing.
+func (s *Store) ListTenantJobs(ctx context.Context, tenant string, q ListQuery, keep func(Job) bool) (JobPage, error) {
+	items, next, err := s.listByTenant(ctx, s.jobs, tenant, q,
+		func(p ListPosition) map[string]types.AttributeValue {
+			k := jobKey(p.Key)
+			k[tenantIndexAttr], k["created_at"] = avS(tenant), avTime(p.CreatedAt)
+			return k
+		},
+		func(item map[string]types.AttributeValue) bool { return keep == nil || keep(jobFromItem(item)) })
+	if err != nil {
+		return JobPage{}, fmt.Errorf("list jobs of %s: %w", tenant, err)
+	}
+	page := JobPage{Jobs: make([]Job, len(items)), Next: next}
+	for i, it := range items {
+		page.Jobs[i] = jobFromItem(it)
+	}
+	return page, nil
+}
+
+// SessionPage is a page of a tenant's sessions, newest first.
+type SessionPage struct {
+	Sessions []Session
+	// Next continues the listing; nil when nothing older is left.
+	Next *ListPosition
+}
+
+// ListTenantSessions returns a page of the tenant's sessions (deleted ones
+// included until they expire), newest first; keep, when not nil, filters
+// them. The index is eventually consistent.
+func (s *Store) ListTenantSessions(ctx context.Context, tenant string, q ListQuery, keep func(Session) bool) (SessionPage, error) {
+	items, next, err := s.listByTenant(ctx, s.sessions, tenant, q,
+		func(p ListPosition) map[string]types.AttributeValue {
+			k := sessionKey(p.Key)
+			k[tenantIndexAttr], k["created_at"] = avS(tenant), avTime(p.CreatedAt)
+			return k
+		},
+		func(item map[string]types.AttributeValue) bool { return keep == nil || keep(sessionFromItem(item)) })
+	if err != nil {
+		return SessionPage{}, fmt.Errorf("list sessions of %s: %w", tenant, err)
+	}
+	page := SessionPage{Sessions: make([]Session, len(items)), Next: next}
+	for i, it := range items {
+		page.Sessions[i] = sessionFromItem(it)
+	}
+	return page, nil
+}
+
+// listByTenant queries the by-tenant index of table backwards from q.After
+// and collects up to q.Limit items that keep accepts. It reads one item
+// more than it returns, so that Next is nil exactly when nothing is left
+// (no empty last page), and stops early after listExamineLimit items.
+func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQuery,
+	startKey func(ListPosition) map[string]types.AttributeValue,
+	keep func(map[string]types.AttributeValue) bool,
+) ([]map[string]types.AttributeValue, *ListPosition, error) {
+	if tenant == "" {
+		return nil, nil, fmt.Errorf("tenant is empty: %w", ErrInvalid)
+	}
+	if q.Limit < 1 || q.Limit > MaxListPage {
+		return nil, nil, fmt.Errorf("limit %d is not 1 to %d: %w", q.Limit, MaxListPage, ErrInvalid)
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(table),
+		IndexName:                 aws.String(tenantIndex),
+		KeyConditionExpression:    aws.String("#t = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": tenantIndexAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(tenant)},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(q.Limit + 1)),
+	}
+	if q.After != nil {
+		if err := checkID("list position", q.After.Key); err != nil {
+			return nil, nil, err
+		}
+		in.ExclusiveStartKey = startKey(*q.After)
+	}
+	var kept []map[string]types.AttributeValue
+	var last map[string]types.AttributeValue // the last item examined
+	examined := 0
+	for {
+		out, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, it := range out.Items {
+			examined++
+			last = it
+			if !keep(it) {
+				continue
+			}
+			if len(kept) == q.Limit {
+				// One more than asked: there is a next page, and it
+				// starts after the last item returned.
+				return kept, position(kept[len(kept)-1]), nil
+			}
+			kept = append(kept, it)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return kept, nil, nil
+		}
+		if examined >= listExamineLimit {
+			// A short page: the listing goes on after the last item
+			// looked at, kept or not.
+			return kept, position(last), nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+func position(item map[string]types.AttributeValue) *ListPosition {
+	return &ListPosition{CreatedAt: getTime(item, "created_at"), Key: getS(item, "pk")}
+}
