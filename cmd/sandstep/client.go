@@ -481,12 +481,12 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 type eventsPage struct {
-	Events []map[string]json.RawMessage `json:"events"`
-	Next   int64                        `json:"next"`
+	Events    []map[string]json.RawMessage `json:"events"`
+	NextAfter int64                        `json:"next_after"`
 }
 
-// pageEvents prints the job's events after seq, page by page until next
-// stops moving, and returns the last seq printed (after, if none).
+// pageEvents prints the job's events after seq, page by page until
+// next_after stops moving, and returns the last seq printed (after, if none).
 func (c *client) pageEvents(ctx context.Context, id string, after int64, w io.Writer) (int64, error) {
 	for {
 		var p eventsPage
@@ -496,10 +496,10 @@ func (c *client) pageEvents(ctx context.Context, id string, after int64, w io.Wr
 		for _, ev := range p.Events {
 			writeEvent(w, ev)
 		}
-		if p.Next <= after {
+		if p.NextAfter <= after {
 			return after, nil
 		}
-		after = p.Next
+		after = p.NextAfter
 	}
 }
 

@@ -11,15 +11,11 @@ package api
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
@@ -73,37 +69,15 @@ type Options struct {
 
 const defaultPollInterval = 500 * time.Millisecond
 
-// handler serves one route. An *Error it returns is written as it is; any
-// other error is logged and answered with a 500 that does not show it.
-type handlerFunc func(w http.ResponseWriter, r *http.Request, c *call) error
-
-// call is what one request learns along the way, for its log line.
-type call struct {
-	tenant string
-	jobID  string // the client's
-	jobKey string // the internal key, which the phases log
-	cause  error  // logged, never sent
-}
-
-type route struct {
-	segments []string // "{id}" matches any one segment
-	methods  map[string]handlerFunc
-	public   bool // no token needed
-	// maxBody bounds the request body; bodyKey names its config key, and
-	// bodyField the field a body too large is blamed on, if any.
-	maxBody   int64
-	bodyKey   string
-	bodyField string
-}
-
 type server struct {
-	opts   Options
-	log    *slog.Logger
-	routes []route
+	opts Options
+	log  *slog.Logger
 }
 
-// New returns the API handler. It panics when a required option is missing:
-// that is a wiring mistake, found at startup.
+// New returns the API handler: the routes on a ServeMux, each wrapped in
+// what it needs (a bounded body, a bearer token, a valid job id), and all
+// of them in panic recovery and request logging. It panics when a
+// required option is missing: that is a wiring mistake, found at startup.
 func New(opts Options) http.Handler {
 	if opts.Store == nil || opts.Executor == nil || opts.Auth == nil {
 		panic("api.New: Store, Executor and Auth are required")
@@ -119,229 +93,18 @@ func New(opts Options) http.Handler {
 		opts.Now = time.Now
 	}
 	s := &server{opts: opts, log: opts.Logger}
-	s.routes = []route{
-		{segments: []string{"healthz"}, public: true, methods: map[string]handlerFunc{http.MethodGet: s.healthz}},
-		{segments: []string{"v1", "jobs"}, methods: map[string]handlerFunc{http.MethodPost: s.submit}},
-		{segments: []string{"v1", "jobs", "{id}"}, methods: map[string]handlerFunc{http.MethodGet: s.status}},
-		{segments: []string{"v1", "jobs", "{id}", "events"}, methods: map[string]handlerFunc{http.MethodGet: s.events}},
-		{segments: []string{"v1", "jobs", "{id}", "cancel"}, methods: map[string]handlerFunc{http.MethodPost: s.cancel}},
-		{segments: []string{"v1", "jobs", "{id}", "report"}, methods: map[string]handlerFunc{http.MethodGet: s.report}},
-		{segments: []string{"v1", "providers"}, methods: map[string]handlerFunc{http.MethodGet: s.providers}},
-	}
-	s.routes = append(s.routes, s.sessionRoutes()...)
-	for i := range s.routes {
-		if rt := &s.routes[i]; rt.bodyKey == "" {
-			rt.maxBody, rt.bodyKey = int64(opts.Server.MaxBodyBytes), "max_body_bytes"
-		}
-	}
-	return s
-}
-
-func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	rec := &recorder{ResponseWriter: w, req: r}
-	c := &call{}
-	defer func() {
-		if v := recover(); v != nil {
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			c.cause = fmt.Errorf("panic: %v", v)
-			if !rec.wroteHeader {
-				writeError(rec, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"})
-			}
-		}
-		rec.dropUnreadBody()
-		s.logRequest(r, rec, c, time.Since(start))
-	}()
-	if err := s.dispatch(rec, r, c); err != nil {
-		var e *Error
-		if !errors.As(err, &e) {
-			c.cause = err
-			e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
-		}
-		if rec.wroteHeader {
-			// A stream already under way cannot turn into an error
-			// response; the log has it.
-			if c.cause == nil {
-				c.cause = err
-			}
-			return
-		}
-		writeError(rec, e)
-	}
-}
-
-func (s *server) dispatch(w *recorder, r *http.Request, c *call) error {
-	rt, id, ok := s.match(r.URL.Path)
-	if !ok {
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "no such route: " + r.URL.Path}
-	}
-	method := r.Method
-	if method == http.MethodHead {
-		method = http.MethodGet
-	}
-	h, ok := rt.methods[method]
-	if !ok {
-		allow := make([]string, 0, len(rt.methods)+1)
-		for m := range rt.methods {
-			allow = append(allow, m)
-			if m == http.MethodGet {
-				allow = append(allow, http.MethodHead)
-			}
-		}
-		slices.Sort(allow)
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		return &Error{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
-			Message: fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", "))}
-	}
-	// Before authentication: a body too large is refused unread, and the
-	// body of a request without a token is never waited for.
-	if err := s.guardBody(w, r, rt); err != nil {
-		return err
-	}
-	if !rt.public {
-		if err := s.authenticate(w, r, c); err != nil {
-			return err
-		}
-	}
-	if id != "" {
-		if !ids.Valid(id) {
-			return jobNotFound(id)
-		}
-		r.SetPathValue("id", id)
-		c.jobID = id
-	}
-	return h(w, r, c)
-}
-
-// match finds the route of path and the job id in it, if any.
-func (s *server) match(path string) (route, string, bool) {
-	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
-	for _, rt := range s.routes {
-		if len(rt.segments) != len(segs) {
-			continue
-		}
-		id, ok := "", true
-		for i, want := range rt.segments {
-			switch {
-			case want == "{id}" && segs[i] != "":
-				id = segs[i]
-			case strings.HasPrefix(want, "{") && segs[i] != "":
-			case want != segs[i]:
-				ok = false
-			}
-		}
-		if ok {
-			return rt, id, true
-		}
-	}
-	return route{}, "", false
-}
-
-// authenticate sets c.tenant from the bearer token. The token appears in no
-// answer and no log line.
-func (s *server) authenticate(w http.ResponseWriter, r *http.Request, c *call) error {
-	header := r.Header.Get("Authorization")
-	if header == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandstep"`)
-		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "missing bearer token (Authorization: Bearer <token>)"}
-	}
-	token, ok := bearerToken(header)
-	tenant := ""
-	if ok {
-		tenant, ok = s.opts.Auth.Tenant(token)
-	}
-	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandstep", error="invalid_token"`)
-		return &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "invalid bearer token"}
-	}
-	c.tenant = tenant
-	return nil
-}
-
-func (s *server) logRequest(r *http.Request, rec *recorder, c *call, d time.Duration) {
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	attrs := []slog.Attr{
-		slog.String("method", r.Method),
-		slog.String("path", r.URL.Path),
-		slog.Int("status", status),
-		slog.Float64("duration_ms", float64(d.Microseconds())/1000),
-		slog.Int64("bytes", rec.bytes),
-	}
-	if c.tenant != "" {
-		attrs = append(attrs, slog.String("tenant", c.tenant))
-	}
-	if c.jobID != "" {
-		attrs = append(attrs, slog.String("job_id", c.jobID))
-	}
-	if c.jobKey != "" {
-		attrs = append(attrs, slog.String("job_key", c.jobKey))
-	}
-	level := slog.LevelInfo
-	if c.cause != nil {
-		attrs = append(attrs, slog.String("error", c.cause.Error()))
-	}
-	if status >= 500 {
-		level = slog.LevelError
-	}
-	s.log.LogAttrs(r.Context(), level, "http request", attrs...)
-}
-
-// recorder remembers the status and size of a response for the log line.
-// Unwrap lets http.ResponseController reach the real writer's Flush and
-// deadlines.
-type recorder struct {
-	http.ResponseWriter
-	req         *http.Request
-	body        *body // nil until the route's guard ran
-	status      int
-	bytes       int64
-	wroteHeader bool
-}
-
-func (rw *recorder) WriteHeader(code int) {
-	if !rw.wroteHeader {
-		rw.status, rw.wroteHeader = code, true
-		// An answer given before the body was read whole closes the
-		// connection: the server would otherwise wait for the rest of a
-		// body no handler reads, as long as its client cares to send it.
-		if rw.unread() {
-			rw.Header().Set("Connection", "close")
-		}
-	}
-	rw.ResponseWriter.WriteHeader(code)
-}
-
-func (rw *recorder) Write(b []byte) (int, error) {
-	if !rw.wroteHeader {
-		rw.WriteHeader(http.StatusOK)
-	}
-	n, err := rw.ResponseWriter.Write(b)
-	rw.bytes += int64(n)
-	return n, err
-}
-
-func (rw *recorder) Unwrap() http.ResponseWriter { return rw.ResponseWriter }
-
-// unread reports whether the request's body was not read to its end.
-func (rw *recorder) unread() bool {
-	if rw.body == nil {
-		return rw.req.ContentLength != 0
-	}
-	return !rw.body.complete()
-}
-
-// dropUnreadBody ends the wait for a body the handler left unread: once
-// the handler returns, net/http would read on up to 256 KiB of it, as
-// slowly as its client sends, before closing the connection.
-func (rw *recorder) dropUnreadBody() {
-	if rw.unread() {
-		_ = http.NewResponseController(rw.ResponseWriter).SetReadDeadline(time.Now())
-	}
+	mux := http.NewServeMux()
+	// A GET route answers HEAD too; ServeMux sees to that.
+	s.handle(mux, "GET /healthz", s.healthz, public)
+	s.handle(mux, "POST /v1/jobs", s.submit)
+	s.handle(mux, "GET /v1/jobs", s.listJobs)
+	s.handle(mux, "GET /v1/jobs/{id}", s.status, jobRoute)
+	s.handle(mux, "GET /v1/jobs/{id}/events", s.events, jobRoute)
+	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
+	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
+	s.handle(mux, "GET /v1/providers", s.providers)
+	s.sessionRoutes(mux)
+	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))
 }
 
 // healthz answers whether the store answers, with the cheapest read there is:

@@ -12,37 +12,45 @@ import (
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
+// eventsView is a page of events, a job's or a session's: the same shape
+// for both.
 type eventsView struct {
 	Events []map[string]json.RawMessage `json:"events"`
-	// Next is the seq to pass as after for the following page.
-	Next int64 `json:"next"`
+	// NextAfter is the after= value that continues after this page: the
+	// seq of its last event, or the after= given when it is empty.
+	NextAfter int64 `json:"next_after"`
 }
 
-// eventView flattens an event: seq and time, then the members of its Data
-// object (by convention stage, status, message and optional current, total,
-// url). Data that is not an object (a truncated payload is a string) is
-// kept under "data".
-func eventView(ev store.Event) map[string]json.RawMessage {
+// eventView flattens an event: seq, type and time, then the members of its
+// Data object (a job's stage, status, message and optional current, total,
+// url; a session's sandbox_id, reason, volume...). Data that is not an
+// object (a truncated payload is a string) is kept under "data". seq and
+// time are always the event's own; a type in Data wins over Type.
+func eventView(seq int64, typ string, at time.Time, data json.RawMessage, truncated bool) map[string]json.RawMessage {
 	m := make(map[string]json.RawMessage, 8)
-	if len(ev.Data) > 0 {
+	if len(data) > 0 {
 		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(ev.Data, &obj); err == nil && obj != nil {
+		if err := json.Unmarshal(data, &obj); err == nil && obj != nil {
 			for k, v := range obj {
 				m[k] = v
 			}
-		} else if json.Valid(ev.Data) {
-			m["data"] = ev.Data
+		} else if json.Valid(data) {
+			m["data"] = data
 		}
 	}
-	if _, ok := m["type"]; !ok && ev.Type != "" {
-		m["type"] = mustJSON(ev.Type)
+	if _, ok := m["type"]; !ok && typ != "" {
+		m["type"] = mustJSON(typ)
 	}
-	if ev.Truncated {
+	if truncated {
 		m["truncated"] = json.RawMessage("true")
 	}
-	m["seq"] = json.RawMessage(strconv.FormatInt(ev.Seq, 10))
-	m["time"] = mustJSON(formatTime(ev.At))
+	m["seq"] = json.RawMessage(strconv.FormatInt(seq, 10))
+	m["time"] = mustJSON(formatTime(at))
 	return m
+}
+
+func jobEventView(ev store.Event) map[string]json.RawMessage {
+	return eventView(ev.Seq, ev.Type, ev.At, ev.Data, ev.Truncated)
 }
 
 // mustJSON encodes a string, which cannot fail.
@@ -98,10 +106,10 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	v := eventsView{Events: make([]map[string]json.RawMessage, len(evs)), Next: after}
+	v := eventsView{Events: make([]map[string]json.RawMessage, len(evs)), NextAfter: after}
 	for i, ev := range evs {
-		v.Events[i] = eventView(ev)
-		v.Next = ev.Seq
+		v.Events[i] = jobEventView(ev)
+		v.NextAfter = ev.Seq
 	}
 	return writeJSON(w, http.StatusOK, v)
 }
@@ -169,7 +177,7 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 				break
 			}
 			for _, ev := range evs {
-				data, err := json.Marshal(eventView(ev))
+				data, err := json.Marshal(jobEventView(ev))
 				if err != nil {
 					return err
 				}

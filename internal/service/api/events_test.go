@@ -39,7 +39,7 @@ func appendEvents(t testing.TB, st *store.Store, jobID string, from, to int) {
 
 type eventsPage struct {
 	Events []map[string]any `json:"events"`
-	Next   int64            `json:"next"`
+	Next   int64            `json:"next_after"`
 }
 
 func (e *testEnv) eventsPage(query string) eventsPage {

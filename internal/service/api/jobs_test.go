@@ -491,7 +491,8 @@ func TestRoutes(t *testing.T) {
 		wantError(t, e.get(path, tokenAcme), http.StatusNotFound, "not_found", "")
 	}
 	for _, tc := range []struct{ method, path, allow string }{
-		{http.MethodGet, "/v1/jobs", "POST"},
+		{http.MethodDelete, "/v1/jobs", "GET, HEAD, POST"},
+		{http.MethodPost, "/v1/sessions", "GET, HEAD"},
 		{http.MethodDelete, "/v1/jobs/x", "GET, HEAD"},
 		{http.MethodGet, "/v1/jobs/x/cancel", "POST"},
 		{http.MethodPost, "/v1/jobs/x/report", "GET, HEAD"},

@@ -64,28 +64,33 @@ func limits(sc config.ServerConfig) config.ServerConfig {
 	return sc
 }
 
-// guardBody bounds the request body of a route before any handler runs: a
-// declared length over the route's limit is refused unread, a body that
-// turns out longer stops at the limit (413), and reading it has a deadline
-// (408). Once the body is read the deadline is lifted: from then on the
-// handler's time is bounded by the write timeout, and a read deadline would
-// only cancel its context. Behind API Gateway the same limits hold; the
-// deadlines do not apply there (the body is already in memory).
-func (s *server) guardBody(w *recorder, r *http.Request, rt route) *Error {
-	b := &body{rc: http.NewResponseController(w), route: rt, timeout: s.opts.Server.ReadBodyTimeout.D()}
-	if r.ContentLength > rt.maxBody {
-		return b.tooLarge()
-	}
-	w.body = b
-	if r.Body == nil || r.Body == http.NoBody {
-		b.eof = true
-		b.lift()
-		return nil
-	}
-	b.deadline(time.Now().Add(b.timeout))
-	b.r = http.MaxBytesReader(w, r.Body, rt.maxBody)
-	r.Body = b
-	return nil
+// guardBody bounds the request body of a route before anything else of
+// the route runs: a declared length over the route's limit is refused
+// unread, a body that turns out longer stops at the limit (413), and
+// reading it has a deadline (408). Once the body is read the deadline is
+// lifted: from then on the handler's time is bounded by the write timeout,
+// and a read deadline would only cancel its context. Behind API Gateway
+// the same limits hold; the deadlines do not apply there (the body is
+// already in memory).
+func (s *server) guardBody(rt route, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := callOf(r)
+		b := &body{rc: http.NewResponseController(w), route: rt, timeout: s.opts.Server.ReadBodyTimeout.D()}
+		if r.ContentLength > rt.maxBody {
+			fail(w, c, b.tooLarge())
+			return
+		}
+		c.rec.body = b
+		if r.Body == nil || r.Body == http.NoBody {
+			b.eof = true
+			b.lift()
+		} else {
+			b.deadline(time.Now().Add(b.timeout))
+			b.r = http.MaxBytesReader(w, r.Body, rt.maxBody)
+			r.Body = b
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (b *body) tooLarge() *Error {

@@ -6,8 +6,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -29,35 +27,38 @@ import (
 // CodeGone: the session was deleted, with its files.
 const CodeGone = "gone"
 
-func (s *server) sessionRoutes() []route {
-	return []route{
-		{segments: []string{"v1", "sessions", "{sid}"}, methods: map[string]handlerFunc{
-			http.MethodPost: s.openSession, http.MethodGet: s.getSession, http.MethodDelete: s.deleteSession}},
-		// A run carries code of up to sessions.MaxCodeBytes, which JSON
-		// escaping may make several times longer.
-		{segments: []string{"v1", "sessions", "{sid}", "run"}, methods: map[string]handlerFunc{http.MethodPost: s.runCode},
-			maxBody: int64(s.opts.Server.MaxRunBodyBytes), bodyKey: "max_run_body_bytes", bodyField: "code"},
-		{segments: []string{"v1", "sessions", "{sid}", "runs", "{run}"}, methods: map[string]handlerFunc{http.MethodGet: s.getRun}},
-		{segments: []string{"v1", "sessions", "{sid}", "events"}, methods: map[string]handlerFunc{http.MethodGet: s.sessionEvents}},
+func (s *server) sessionRoutes(mux *http.ServeMux) {
+	s.handle(mux, "GET /v1/sessions", s.listSessions)
+	s.handle(mux, "POST /v1/sessions/{sid}", s.openSession)
+	s.handle(mux, "GET /v1/sessions/{sid}", s.getSession)
+	s.handle(mux, "DELETE /v1/sessions/{sid}", s.deleteSession)
+	// A run carries code of up to sessions.MaxCodeBytes, which JSON
+	// escaping may make several times longer.
+	s.handle(mux, "POST /v1/sessions/{sid}/run", s.runCode, s.runBody("code"))
+	s.handle(mux, "GET /v1/sessions/{sid}/runs/{run}", s.getRun)
+	s.handle(mux, "GET /v1/sessions/{sid}/events", s.sessionEvents)
+}
+
+// sessionsOn is the answer to give when sessions are off, or nil.
+func (s *server) sessionsOn() error {
+	if s.opts.Sessions == nil || !s.opts.Sessions.Enabled() {
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "sessions are not enabled on this server"}
 	}
+	return nil
 }
 
 // sessionPath returns the session id (and run id) of a session route, or
 // the error to answer when sessions are off or the id is malformed.
 func (s *server) sessionPath(r *http.Request) (sid, run string, err error) {
-	if s.opts.Sessions == nil || !s.opts.Sessions.Enabled() {
-		return "", "", &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: "sessions are not enabled on this server"}
+	if err := s.sessionsOn(); err != nil {
+		return "", "", err
 	}
-	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
-	sid = segs[2]
+	sid = r.PathValue("sid")
 	if !sessions.ValidID(sid) {
 		return "", "", invalid("session_id", "the session id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", sid, sessions.MaxIDLen)
 	}
-	if len(segs) == 5 {
-		run = segs[4]
-		if !sessions.ValidID(run) {
-			return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, sessions.MaxIDLen)
-		}
+	if run = r.PathValue("run"); run != "" && !sessions.ValidID(run) {
+		return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, sessions.MaxIDLen)
 	}
 	return sid, run, nil
 }
@@ -288,30 +289,26 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	return writeJSON(w, http.StatusOK, viewRun(run))
 }
 
-type sessionEventsView struct {
-	Events []sessions.Event `json:"events"`
-	// NextAfter is the after= value that returns only newer events.
-	NextAfter int64 `json:"next_after"`
-}
-
 func (s *server) sessionEvents(w http.ResponseWriter, r *http.Request, c *call) error {
 	sid, _, err := s.sessionPath(r)
 	if err != nil {
 		return err
 	}
-	var after int64
-	if q := r.URL.Query().Get("after"); q != "" {
-		if after, err = strconv.ParseInt(q, 10, 64); err != nil || after < 0 {
-			return invalid("after", "after must be a non-negative event seq")
-		}
+	after, limit, err := eventParams(r)
+	if err != nil {
+		return err
 	}
 	evs, err := s.opts.Sessions.Events(r.Context(), c.tenant, sid, after)
 	if err != nil {
 		return sessionError(c, err)
 	}
-	v := sessionEventsView{Events: nonNil(evs), NextAfter: after}
-	if len(evs) > 0 {
-		v.NextAfter = evs[len(evs)-1].Seq
+	if len(evs) > limit {
+		evs = evs[:limit]
+	}
+	v := eventsView{Events: make([]map[string]json.RawMessage, len(evs)), NextAfter: after}
+	for i, ev := range evs {
+		v.Events[i] = eventView(ev.Seq, ev.Type, ev.At, ev.Data, false)
+		v.NextAfter = ev.Seq
 	}
 	return writeJSON(w, http.StatusOK, v)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/api"
@@ -124,6 +125,13 @@ func TestSessionsOfAnotherTenantAreNotFound(t *testing.T) {
 	list := evs["events"].([]any)
 	if len(list) != 1 || list[0].(map[string]any)["type"] != "session.created" || evs["next_after"] != float64(1) {
 		t.Fatalf("events = %v", evs)
+	}
+	// The shape of a job's events: seq, type, time, then the payload's
+	// members.
+	ev := list[0].(map[string]any)
+	if _, err := time.Parse(time.RFC3339, fmt.Sprint(ev["time"])); err != nil || ev["seq"] != float64(1) ||
+		ev["volume"] != v["volume"].(map[string]any)["slug"] || ev["at"] != nil || ev["data"] != nil {
+		t.Fatalf("session event = %v", ev)
 	}
 	if got := e.get("/v1/sessions/shared/events?after=1", tokenAcme).json(t); len(got["events"].([]any)) != 0 {
 		t.Fatalf("events after 1 = %v", got)
