@@ -43,6 +43,7 @@ func TestSessionsDisabled(t *testing.T) {
 				e.do(http.MethodDelete, "/v1/sessions/s1", tokenAcme, nil),
 				e.get("/v1/sessions/s1/events", tokenAcme),
 				e.get("/v1/sessions/s1/runs/r1", tokenAcme),
+				e.get("/v1/sessions", tokenAcme),
 			} {
 				e := wantError(t, r, http.StatusNotFound, "not_found", "")
 				if e["message"] != "sessions are not enabled on this server" {

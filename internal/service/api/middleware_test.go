@@ -1,0 +1,95 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// panickyProvider panics where a provider answers, as a bug would.
+type panickyProvider struct{}
+
+func (panickyProvider) Info(context.Context) (providers.Info, error) {
+	panic("provider table is nil (secret-ish detail)")
+}
+
+// logLines returns the request log lines whose path is path.
+func (e *testEnv) logLines(path string) []map[string]any {
+	e.t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(e.logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			e.t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["msg"] == "http request" && m["path"] == path {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestPanicBecomesAJSON500AndIsLogged(t *testing.T) {
+	e := newEnv(t, func(o *api.Options) { o.Provider = panickyProvider{} })
+	res := e.get("/v1/providers", tokenAcme)
+	er := wantError(t, res, http.StatusInternalServerError, "internal", "")
+	if er["message"] != "internal error" || strings.Contains(string(res.body), "secret-ish") {
+		t.Fatalf("500 answer = %s", res.body)
+	}
+	lines := e.logLines("/v1/providers")
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines for the request:\n%s", len(lines), e.logs.String())
+	}
+	l := lines[0]
+	if l["level"] != "ERROR" || l["status"] != float64(500) || l["tenant"] != "acme" || l["route"] != "GET /v1/providers" ||
+		l["error"] != "panic: provider table is nil (secret-ish detail)" ||
+		!strings.Contains(l["stack"].(string), "panickyProvider.Info") {
+		t.Fatalf("log line = %v", l)
+	}
+	// The server goes on serving, on the same connection too.
+	wantStatus(t, e.get("/healthz", ""), http.StatusOK)
+	wantError(t, e.get("/v1/providers", tokenAcme), http.StatusInternalServerError, "internal", "")
+}
+
+func TestRouteErrorsAreJSONAndComeBeforeTheToken(t *testing.T) {
+	e := newEnv(t)
+	// No route, and no method of a route: answered without a token, since
+	// no route could take one.
+	for _, path := range []string{"/nope", "/v1/jobs/", "/v1/jobs/x/", "/v1/jobs//cancel", "/v1/sessions/s1/runs", "/v1/sessions/s1/runs/r1/x"} {
+		er := wantError(t, e.get(path, ""), http.StatusNotFound, "not_found", "")
+		if !strings.Contains(er["message"].(string), "no such route") {
+			t.Fatalf("%s: %v", path, er)
+		}
+	}
+	res := e.do(http.MethodPatch, "/v1/sessions/s1/run", "", nil)
+	wantError(t, res, http.StatusMethodNotAllowed, "method_not_allowed", "")
+	if res.header.Get("Allow") != "POST" || res.header.Get("WWW-Authenticate") != "" {
+		t.Fatalf("405 headers = %v", res.header)
+	}
+	// A route's own answers need the token first.
+	wantError(t, e.get("/v1/jobs", ""), http.StatusUnauthorized, "unauthenticated", "")
+	wantError(t, e.get("/v1/jobs?limit=0", ""), http.StatusUnauthorized, "unauthenticated", "")
+	// "." and ".." are ids to refuse, not steps to another route.
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/jobs/.."},
+		{http.MethodGet, "/v1/jobs/../events"},
+		{http.MethodPost, "/v1/jobs/./cancel"},
+		{http.MethodGet, "/v1/jobs/%2E%2E/report"},
+	} {
+		er := wantError(t, e.do(tc.method, tc.path, tokenAcme, nil), http.StatusNotFound, "not_found", "")
+		if !strings.Contains(er["message"].(string), "job ") {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, er)
+		}
+	}
+	// Every request is logged with its route.
+	e.submit(tokenAcme, "logged")
+	e.get("/v1/jobs/logged/events", tokenAcme)
+	if l := e.logLines("/v1/jobs/logged/events"); len(l) != 1 || l[0]["route"] != "GET /v1/jobs/{id}/events" || l[0]["job_id"] != "logged" {
+		t.Fatalf("log lines = %v", l)
+	}
+}
