@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -91,5 +93,35 @@ func TestRouteErrorsAreJSONAndComeBeforeTheToken(t *testing.T) {
 	e.get("/v1/jobs/logged/events", tokenAcme)
 	if l := e.logLines("/v1/jobs/logged/events"); len(l) != 1 || l[0]["route"] != "GET /v1/jobs/{id}/events" || l[0]["job_id"] != "logged" {
 		t.Fatalf("log lines = %v", l)
+	}
+}
+
+// Every route API Gateway sends to the ApiFunction is one the handler
+// serves: the template and the mux cannot drift apart unnoticed.
+func TestEveryTemplateRouteIsServed(t *testing.T) {
+	path, err := ddblocal.FindTemplate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := samtemplate.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, _ := tpl.Doc["Resources"].(map[string]any)["ApiFunction"].(map[string]any)
+	evs, _ := fn["Properties"].(map[string]any)["Events"].(map[string]any)
+	if len(evs) == 0 {
+		t.Fatal("ApiFunction has no events")
+	}
+	e := newEnv(t)
+	for name, ev := range evs {
+		p := ev.(map[string]any)["Properties"].(map[string]any)
+		method, route := p["Method"].(string), p["Path"].(string)
+		for _, w := range []string{"{id}", "{sid}", "{run}"} {
+			route = strings.ReplaceAll(route, w, "x1")
+		}
+		res := e.do(method, route, tokenAcme, nil)
+		if res.status == http.StatusMethodNotAllowed || res.status == http.StatusNotFound && strings.Contains(string(res.body), "no such route") {
+			t.Errorf("template route %s (%s %s) is not served: %d %s", name, method, route, res.status, res.body)
+		}
 	}
 }
