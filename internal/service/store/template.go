@@ -124,8 +124,12 @@ func createTable(ctx context.Context, client *dynamodb.Client, spec TableSpec) e
 		if err != nil {
 			return fmt.Errorf("describe table %s: %w", name, err)
 		}
-		if diff := tableDiff(spec.Input, out.Table); diff != "" {
+		missing := missingIndexes(spec.Input, out.Table)
+		if diff := tableDiff(spec.Input, withIndexes(out.Table, missing)); diff != "" {
 			return fmt.Errorf("table %s exists but differs from template.yaml (%s); delete it (in local mode, the database directory) to recreate it", name, diff)
+		}
+		if err := addIndexes(ctx, client, spec.Input, missing); err != nil {
+			return err
 		}
 	case err != nil:
 		return fmt.Errorf("create table %s: %w", name, err)

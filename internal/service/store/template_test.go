@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"encoding/json"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"os"
@@ -232,5 +233,46 @@ Resources:
 		if _, err := store.LoadTables(writeTemplate(t, body), "x-"); err == nil {
 			t.Errorf("%s: LoadTables accepted it", name)
 		}
+	}
+}
+
+// A table made before the template gained an index gets it added in place,
+// with its data, rather than a demand to delete the table.
+func TestCreateTablesAddsMissingIndexes(t *testing.T) {
+	env := testddb.ForTests(t)
+	ctx := testCtx(t)
+	prefix := env.Prefix + "old-"
+	old := writeTemplate(t, `
+Parameters:
+  TablePrefix: {Type: String}
+Resources:
+  JobsTable:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      TableName: !Sub "${TablePrefix}jobs"
+      BillingMode: PAY_PER_REQUEST
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}, {AttributeName: sk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}, {AttributeName: sk, KeyType: RANGE}]
+`)
+	if err := store.CreateTables(ctx, env.Client, old, prefix); err != nil {
+		t.Fatal(err)
+	}
+	s := store.NewLocal(env.Endpoint, prefix)
+	if _, _, err := s.CreateJob(ctx, store.NewJob{ID: "before", Tenant: "acme", ClientID: "before", Request: json.RawMessage(`{}`), RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	path, err := ddblocal.FindTemplate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateTables(ctx, env.Client, path, prefix); err != nil {
+		t.Fatalf("CreateTables over a table without the new index: %v", err)
+	}
+	page, err := s.ListTenantJobs(ctx, "acme", store.ListQuery{Limit: 10}, nil)
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != "before" {
+		t.Fatalf("listing after the upgrade = %+v, %v", page, err)
+	}
+	if _, err := s.GetJob(ctx, "before"); err != nil {
+		t.Fatal(err)
 	}
 }
