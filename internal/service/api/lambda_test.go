@@ -95,6 +95,8 @@ func TestLambdaRoundTrip(t *testing.T) {
 		{"GET", "/v1/jobs/rt-http/events", "after=1&limit=2", tokenAcme, "", nil},
 		{"GET", "/v1/jobs/rt-http/events", "limit=0", tokenAcme, "", nil},
 		{"GET", "/v1/jobs/rt-http", "", tokenAcme, "", nil},
+		{"GET", "/v1/jobs", "limit=1", tokenAcme, "", nil},
+		{"GET", "/v1/jobs", "status=failed,nope", tokenAcme, "", nil},
 		{"POST", "/v1/jobs", "", tokenAcme, `{"query":"q","mode":"huge"}`, nil},
 		{"POST", "/v1/jobs", "", tokenAcme, `{"query":"q","job_id":"rt-http"}`, nil},
 		{"GET", "/v1/jobs/rt-http/report", "", tokenAcme, "", nil},
