@@ -22,9 +22,8 @@ const (
 // MaxListPage is the most items one List call returns.
 const MaxListPage = 100
 
-// listExamineLimit bounds how many index items one List call reads while
-// filtering, so a rare status in a long history costs a bounded read; the
-// page is then shorter than asked and Next says where to go on.
+// listExamineLimit is the default ListQuery.MaxExamined: a rare status in
+// a long history costs a bounded read per page.
 const listExamineLimit = 10 * MaxListPage
 
 // ListPosition is a place in a tenant's listing: the item listed last.
@@ -42,6 +41,10 @@ type ListQuery struct {
 	Limit int
 	// After continues a listing after that item; nil starts at the newest.
 	After *ListPosition
+	// MaxExamined bounds how many items a filtered listing reads for one
+	// page (default 1000): past it, the page is shorter than Limit, and
+	// Next goes on after the last item read.
+	MaxExamined int
 }
 
 // JobPage is a page of a tenant's jobs, newest first. The listing index
@@ -63,7 +66,7 @@ func (s *Store) ListTenantJobs(ctx context.Context, tenant string, q ListQuery, 
 			k[tenantIndexAttr], k["created_at"] = avS(tenant), avTime(p.CreatedAt)
 			return k
 		},
-		func(item map[string]types.AttributeValue) bool { return keep == nil || keep(jobFromItem(item)) })
+		filter(keep, jobFromItem))
 	if err != nil {
 		return JobPage{}, fmt.Errorf("list jobs of %s: %w", tenant, err)
 	}
@@ -91,7 +94,7 @@ func (s *Store) ListTenantSessions(ctx context.Context, tenant string, q ListQue
 			k[tenantIndexAttr], k["created_at"] = avS(tenant), avTime(p.CreatedAt)
 			return k
 		},
-		func(item map[string]types.AttributeValue) bool { return keep == nil || keep(sessionFromItem(item)) })
+		filter(keep, sessionFromItem))
 	if err != nil {
 		return SessionPage{}, fmt.Errorf("list sessions of %s: %w", tenant, err)
 	}
@@ -102,10 +105,19 @@ func (s *Store) ListTenantSessions(ctx context.Context, tenant string, q ListQue
 	return page, nil
 }
 
+// filter turns a filter on records into one on items; nil stays nil.
+func filter[T any](keep func(T) bool, decode func(map[string]types.AttributeValue) T) func(map[string]types.AttributeValue) bool {
+	if keep == nil {
+		return nil
+	}
+	return func(item map[string]types.AttributeValue) bool { return keep(decode(item)) }
+}
+
 // listByTenant queries the by-tenant index of table backwards from q.After
-// and collects up to q.Limit items that keep accepts. It reads one item
-// more than it returns, so that Next is nil exactly when nothing is left
-// (no empty last page), and stops early after listExamineLimit items.
+// and collects up to q.Limit items that keep (nil: all) accepts. It reads
+// one item more than it returns, so that Next is nil exactly when nothing
+// is left (no empty last page). Filtering, it reads in larger batches and
+// stops early after listExamineLimit items.
 func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQuery,
 	startKey func(ListPosition) map[string]types.AttributeValue,
 	keep func(map[string]types.AttributeValue) bool,
@@ -123,7 +135,13 @@ func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQu
 		ExpressionAttributeNames:  map[string]string{"#t": tenantIndexAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": avS(tenant)},
 		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(int32(q.Limit + 1)),
+	}
+	batch, budget := q.Limit+1, q.MaxExamined
+	if keep != nil {
+		batch = max(batch, MaxListPage)
+		if budget <= 0 {
+			budget = listExamineLimit
+		}
 	}
 	if q.After != nil {
 		if err := checkID("list position", q.After.Key); err != nil {
@@ -135,6 +153,11 @@ func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQu
 	var last map[string]types.AttributeValue // the last item examined
 	examined := 0
 	for {
+		n := batch
+		if keep != nil {
+			n = min(n, budget-examined)
+		}
+		in.Limit = aws.Int32(int32(n))
 		out, err := s.db.Query(ctx, in)
 		if err != nil {
 			return nil, nil, err
@@ -142,7 +165,7 @@ func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQu
 		for _, it := range out.Items {
 			examined++
 			last = it
-			if !keep(it) {
+			if keep != nil && !keep(it) {
 				continue
 			}
 			if len(kept) == q.Limit {
@@ -155,7 +178,7 @@ func (s *Store) listByTenant(ctx context.Context, table, tenant string, q ListQu
 		if len(out.LastEvaluatedKey) == 0 {
 			return kept, nil, nil
 		}
-		if examined >= listExamineLimit {
+		if keep != nil && examined >= budget {
 			// A short page: the listing goes on after the last item
 			// looked at, kept or not.
 			return kept, position(last), nil

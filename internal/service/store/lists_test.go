@@ -19,8 +19,13 @@ import (
 // the order listed.
 func walkJobs(t *testing.T, s *store.Store, tenant string, limit int, keep func(store.Job) bool) []string {
 	t.Helper()
+	return walkJobsQ(t, s, tenant, store.ListQuery{Limit: limit}, keep)
+}
+
+func walkJobsQ(t *testing.T, s *store.Store, tenant string, q store.ListQuery, keep func(store.Job) bool) []string {
+	t.Helper()
 	var ids []string
-	q := store.ListQuery{Limit: limit}
+	limit := q.Limit
 	for pages := 0; ; pages++ {
 		if pages > 100 {
 			t.Fatal("the listing does not end")
@@ -29,7 +34,7 @@ func walkJobs(t *testing.T, s *store.Store, tenant string, limit int, keep func(
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(page.Jobs) > limit || page.Next != nil && len(page.Jobs) == 0 {
+		if len(page.Jobs) > limit || page.Next != nil && len(page.Jobs) == 0 && q.MaxExamined == 0 {
 			t.Fatalf("page of %d jobs with limit %d, next %v", len(page.Jobs), limit, page.Next)
 		}
 		for i, j := range page.Jobs {
@@ -88,6 +93,18 @@ func TestListTenantJobs(t *testing.T) {
 	running := func(j store.Job) bool { return j.Status == store.StatusRunning }
 	if got := walkJobs(t, s, "acme", 2, running); !slices.Equal(got, []string{"acme-3"}) {
 		t.Fatalf("running jobs: %v", got)
+	}
+	// A filtered page reads a bounded number of items, and the listing
+	// goes on after them.
+	for _, budget := range []int{1, 2, 3} {
+		if got := walkJobsQ(t, s, "acme", store.ListQuery{Limit: 5, MaxExamined: budget}, running); !slices.Equal(got, []string{"acme-3"}) {
+			t.Fatalf("running jobs, %d read per page: %v", budget, got)
+		}
+	}
+	queued := func(j store.Job) bool { return j.Status == store.StatusQueued }
+	want := slices.DeleteFunc(slices.Clone(acme), func(id string) bool { return id == "acme-3" })
+	if got := walkJobsQ(t, s, "acme", store.ListQuery{Limit: 2, MaxExamined: 3}, queued); !slices.Equal(got, want) {
+		t.Fatalf("queued jobs, 3 read per page: %v, want %v", got, want)
 	}
 	// The index holds what a listing shows.
 	page, err := s.ListTenantJobs(ctx, "acme", store.ListQuery{Limit: 1}, nil)
