@@ -46,8 +46,8 @@ func callOf(r *http.Request) *call {
 	if c, ok := r.Context().Value(callKey{}).(*call); ok {
 		return c
 	}
-	// Only the middleware below logRequests run without it, in tests of
-	// their own; they then need a call all the same.
+	// Every route runs under logRequests, which puts the call there; this
+	// keeps a handler wired some other way from crashing on its absence.
 	return &call{rec: &recorder{req: r}}
 }
 
