@@ -32,6 +32,7 @@ func commands() map[string]command {
 		"conformance": {"run the provider conformance suite against a configured provider", runConformance},
 		"serve":       {"run the local stack: DynamoDB Local, the provider, the engine and the HTTP API", runServe},
 		"submit":      {"submit a deep-research job to a server; --wait follows it to the end", runSubmit},
+		"jobs":        {"list your jobs, newest first; --status filters, --all pages through every one", runJobs},
 		"status":      {"show a job's status, phase and steps", runStatus},
 		"events":      {"print a job's events; --follow streams them until the job ends", runEvents},
 		"cancel":      {"cancel a job", runCancel},
