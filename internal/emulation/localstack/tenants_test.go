@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -172,6 +173,25 @@ func TestJobIDsArePerTenant(t *testing.T) {
 	}
 	if code, out := s.doAs(t, globexToken, "POST", "/v1/jobs/dev-only/cancel", nil); code != http.StatusNotFound {
 		t.Errorf("globex cancels dev-only: %d %v, want 404", code, out)
+	}
+	// Each tenant's listing holds its own jobs only, newest first.
+	for _, tc := range []struct {
+		tenant, tok string
+		want        []string
+	}{{"dev", token, []string{"dev-only", id}}, {"globex", globexToken, []string{id}}} {
+		code, out := s.doAs(t, tc.tok, "GET", "/v1/jobs", nil)
+		jobs, _ := out["jobs"].([]any)
+		var got []string
+		for _, j := range jobs {
+			j := j.(map[string]any)
+			if !strings.Contains(fmt.Sprint(j["query"]), tc.tenant) && j["job_id"] != "dev-only" {
+				t.Errorf("%s lists a job of another tenant: %v", tc.tenant, j)
+			}
+			got = append(got, fmt.Sprint(j["job_id"]))
+		}
+		if code != http.StatusOK || !slices.Equal(got, tc.want) || out["next_cursor"] != nil {
+			t.Errorf("%s's jobs: %d %v, want %v", tc.tenant, code, out, tc.want)
+		}
 	}
 
 	// globex cancels its shared-1; dev's goes on.
