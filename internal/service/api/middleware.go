@@ -67,8 +67,9 @@ type routeOption func(*route)
 func public(rt *route)   { rt.public = true }
 func jobRoute(rt *route) { rt.jobID = true }
 
-// runBody bounds the body by max_run_body_bytes rather than max_body_bytes.
-func (s *server) runBody(field string) routeOption {
+// runBodyLimit bounds the body by max_run_body_bytes rather than
+// max_body_bytes, and blames field for a body too large.
+func (s *server) runBodyLimit(field string) routeOption {
 	return func(rt *route) {
 		rt.maxBody, rt.bodyKey, rt.bodyField = int64(s.opts.Server.MaxRunBodyBytes), "max_run_body_bytes", field
 	}

@@ -14,12 +14,13 @@ import (
 
 // The run_code sessions:
 //
+//	GET    /v1/sessions                     the caller's sessions (lists.go)
 //	POST   /v1/sessions/{sid}               open (in warm mode, start its sandbox)
 //	GET    /v1/sessions/{sid}               the session: volume, last access, expiry, sandbox
 //	DELETE /v1/sessions/{sid}               close its sandbox, delete its volume now
 //	POST   /v1/sessions/{sid}/run           run code; 200 with the result, or 202 past sync_wait
 //	GET    /v1/sessions/{sid}/runs/{run}    a run's status and result
-//	GET    /v1/sessions/{sid}/events        sandbox started/closed, expiring, expired
+//	GET    /v1/sessions/{sid}/events        created, sandbox started/closed, expiring, expired, deleted
 //
 // A session belongs to the tenant that made it: another tenant's session of
 // the same id is another session, and another tenant's runs are not found.
@@ -34,7 +35,7 @@ func (s *server) sessionRoutes(mux *http.ServeMux) {
 	s.handle(mux, "DELETE /v1/sessions/{sid}", s.deleteSession)
 	// A run carries code of up to sessions.MaxCodeBytes, which JSON
 	// escaping may make several times longer.
-	s.handle(mux, "POST /v1/sessions/{sid}/run", s.runCode, s.runBody("code"))
+	s.handle(mux, "POST /v1/sessions/{sid}/run", s.runCode, s.runBodyLimit("code"))
 	s.handle(mux, "GET /v1/sessions/{sid}/runs/{run}", s.getRun)
 	s.handle(mux, "GET /v1/sessions/{sid}/events", s.sessionEvents)
 }
