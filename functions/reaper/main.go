@@ -44,6 +44,15 @@ func main() {
 		}},
 		Logger: a.Logger,
 	}
-	// The scheduled event carries nothing the pass needs.
-	lambda.Start(func(ctx context.Context) (reaper.Counts, error) { return r.Pass(ctx) })
+	// The scheduled event carries nothing the pass needs; an operator
+	// invoking it with {"migrate_ledger_index": true} after upgrading past
+	// the sharded ledger index runs the migration first (docs/capacity.md).
+	lambda.Start(func(ctx context.Context, in struct {
+		MigrateLedgerIndex bool `json:"migrate_ledger_index"`
+	}) (reaper.Counts, error) {
+		if in.MigrateLedgerIndex {
+			return r.Migrate(ctx)
+		}
+		return r.Pass(ctx)
+	})
 }

@@ -72,13 +72,17 @@ type Counts struct {
 	// JobsEnded: jobs a startup pass found with a sandbox but no running
 	// execution; their cleanup ran.
 	JobsEnded int `json:"jobs_ended"`
-	Errors    int `json:"errors"`
+	// LedgerMigrated: live entries of an older release given their key in
+	// the sharded live index (store.MigrateLedgerIndex), by a startup pass
+	// or a migrating one.
+	LedgerMigrated int `json:"ledger_migrated,omitempty"`
+	Errors         int `json:"errors"`
 }
 
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated
 }
 
 func (r *Reaper) now() time.Time {
@@ -114,6 +118,20 @@ func (r *Reaper) Startup(ctx context.Context, since time.Time) (Counts, error) {
 	return r.pass(ctx, &since)
 }
 
+// Migrate is a pass that first gives ledger entries written by a release
+// before the sharded live index their key in it, so the pass (and every one
+// after) sees them: the reaper Lambda runs it when invoked with
+// {"migrate_ledger_index": true} (docs/capacity.md, "Migration").
+func (r *Reaper) Migrate(ctx context.Context) (Counts, error) {
+	n, err := r.Store.MigrateLedgerIndex(ctx)
+	if err != nil {
+		return Counts{Errors: 1}, err
+	}
+	c, err := r.pass(ctx, nil)
+	c.LedgerMigrated = n
+	return c, err
+}
+
 // pass is Pass, or Startup with since set.
 func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	start := time.Now()
@@ -127,6 +145,11 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 			c.Errors++
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
+	}
+	if since != nil {
+		// A data directory from an older release: its live entries must be
+		// in the live index before the ledger step below reads it.
+		step("ledger index migration", &c.LedgerMigrated, func() (int, error) { return r.Store.MigrateLedgerIndex(ctx) })
 	}
 	if sv := r.Sessions; sv != nil {
 		if since != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/config"
@@ -27,6 +28,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -49,6 +51,7 @@ func run(m *testing.M) int {
 }
 
 type env struct {
+	db   *testddb.TestEnv
 	st   *store.Store
 	prov providers.Provider
 	r    *reaper.Reaper
@@ -75,7 +78,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { p.Close() })
 	st := store.New(db.Client, db.Prefix)
-	return &env{st: st, prov: p, r: &reaper.Reaper{Store: st, Provider: p, ProviderName: "local", Logger: log}}
+	return &env{db: db, st: st, prov: p, r: &reaper.Reaper{Store: st, Provider: p, ProviderName: "local", Logger: log}}
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -384,5 +387,37 @@ func TestStartupPassEndsJobsWithoutAnExecution(t *testing.T) {
 	}
 	if e.ledgerState(t, "elsewhere") != store.LedgerCreating {
 		t.Fatal("the startup pass closed another provider's entry")
+	}
+}
+
+// A ledger entry written before the sharded live index (no live_shard) is
+// invisible to a pass; the migrating pass gives it its key and reaps it
+// when its deadline has passed.
+func TestMigratePassReapsEntriesOfAnOlderRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	old := e.create(t, "older-release", "job:gone-job", ours, time.Now().Add(-time.Minute))
+	if _, err := e.db.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(e.db.Prefix + store.SandboxesTableSuffix),
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "older-release"}},
+		UpdateExpression: aws.String("REMOVE live_shard"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !e.alive(t, old.ID) || e.ledgerState(t, "older-release") != store.LedgerRunning {
+		t.Fatal("a plain pass saw the unmigrated entry; the test does not model an older release")
+	}
+	c, err := e.r.Migrate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LedgerMigrated != 1 || c.LedgerReaped != 1 {
+		t.Fatalf("counts = %+v, want 1 migrated and 1 reaped", c)
+	}
+	if e.alive(t, old.ID) || e.ledgerState(t, "older-release") != store.LedgerTerminated {
+		t.Fatal("the migrated entry past its deadline was not reaped")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
+
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // percentiles reports the p50 and p95 of the samples in milliseconds.
@@ -65,7 +67,10 @@ func BenchmarkWarmRun(b *testing.B) {
 			}
 			b.StopTimer()
 			percentiles(b, samples)
-			b.ReportMetric(float64(e.st.Stats().Sub(before).Total())/float64(len(samples)), "store-calls/op")
+			d := e.st.Stats().Sub(before)
+			b.ReportMetric(float64(d.Total())/float64(len(samples)), "store-calls/op")
+			b.ReportMetric(float64(d.ItemWrites)/float64(len(samples)), "item-writes/op")
+			b.ReportMetric(float64(d.TableWrites[store.SessionsTableSuffix])/float64(len(samples)), "writes-sessions/op")
 		})
 	}
 }

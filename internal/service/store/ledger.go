@@ -50,7 +50,10 @@ type LedgerEntry struct {
 }
 
 const (
-	ledgerStateIndex = "by-state-deadline"
+	// ledgerLiveIndex holds only live entries (sparse: live_shard is removed
+	// when an entry closes), keyed "<state>#<shard>" so that no partition
+	// takes every live sandbox's writes.
+	ledgerLiveIndex  = "by-live-deadline"
 	ledgerOwnerIndex = "by-owner"
 )
 
@@ -74,6 +77,7 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	item["provider"] = avS(e.Provider)
 	item["owner"] = avS(e.Owner)
 	item["state"] = avS(string(LedgerCreating))
+	item["live_shard"] = avS(shardKey(string(LedgerCreating), e.Name))
 	item["deadline"] = avTime(e.Deadline)
 	item["created_at"] = avTime(now)
 	item["updated_at"] = avTime(now)
@@ -108,6 +112,7 @@ func (s *Store) LedgerRunning(ctx context.Context, name, providerID string) (Led
 	now := s.now()
 	e := newExpr()
 	e.set("state", avS(string(LedgerRunning)))
+	e.set("live_shard", avS(shardKey(string(LedgerRunning), name)))
 	e.set("provider_id", avS(providerID))
 	e.setExpr("running_at", "if_not_exists("+e.name("running_at")+", "+e.value(avTime(now))+")")
 	e.set("updated_at", avTime(now))
@@ -148,6 +153,7 @@ func (s *Store) LedgerClose(ctx context.Context, name, reason string) (LedgerEnt
 	if reason != "" {
 		e.set("reason", avS(truncate(reason, 1024)))
 	}
+	e.remove("live_shard")
 	e.cond("attribute_exists(pk)")
 	e.cond(e.name("state") + " <> " + e.value(avS(string(LedgerTerminated))))
 	out, err := s.db.UpdateItem(ctx, e.update(s.sandboxes, ledgerKey(name)))
@@ -183,11 +189,12 @@ func (s *Store) LedgerGet(ctx context.Context, name string) (LedgerEntry, error)
 func (s *Store) LedgerListLive(ctx context.Context, before time.Time, limit int) ([]LedgerEntry, error) {
 	var out []LedgerEntry
 	for _, st := range []LedgerState{LedgerCreating, LedgerRunning} {
-		items, err := s.queryIndex(ctx, s.sandboxes, ledgerStateIndex,
-			"#k = :k AND #r < :before",
-			map[string]string{"#k": "state", "#r": "deadline"},
-			map[string]types.AttributeValue{":k": avS(string(st)), ":before": avTime(before)},
-			remaining(limit, len(out)))
+		items, err := s.queryShards(ctx, shardQuery{
+			table: s.sandboxes, index: ledgerLiveIndex,
+			keyAttr: "live_shard", rangeAttr: "deadline", rangeCond: "#r < :before",
+			values: map[string]types.AttributeValue{":before": avTime(before)},
+			limit:  remaining(limit, len(out)),
+		}, string(st))
 		if err != nil {
 			return nil, fmt.Errorf("list live sandboxes: %w", err)
 		}
@@ -274,6 +281,9 @@ func (s *Store) queryIndex(ctx context.Context, table, index, keyCond string, na
 		}
 		if limit > 0 {
 			in.Limit = aws.Int32(int32(limit - len(items)))
+		}
+		if s.pageSize > 0 && (in.Limit == nil || *in.Limit > s.pageSize) {
+			in.Limit = aws.Int32(s.pageSize)
 		}
 		out, err := s.db.Query(ctx, in)
 		if err != nil {

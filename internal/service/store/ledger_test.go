@@ -2,9 +2,14 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -128,5 +133,90 @@ func TestLedgerListLiveByDeadline(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"future", "overdue-closed", "overdue-running-2"}) {
 		t.Fatalf("by owner job:b = %v", got)
+	}
+}
+
+// TestLedgerListLiveEveryShardPaged lists live entries spread over every
+// shard of the live index with pages of 2 items, so each shard's query
+// follows LastEvaluatedKey, and finds each entry once, earliest deadline
+// first, creating ones first; closed entries leave the index.
+func TestLedgerListLiveEveryShardPaged(t *testing.T) {
+	s, _ := newStore(t, store.WithPageSize(2))
+	ctx := testCtx(t)
+	now := time.Now().Truncate(time.Millisecond)
+	var wantCreating, wantRunning []string
+	for i := range 70 {
+		name := fmt.Sprintf("sb-%03d", i)
+		if _, err := s.LedgerBegin(ctx, store.LedgerEntry{Name: name, Provider: "local", Owner: "job:x", Deadline: now.Add(-time.Duration(70-i) * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		switch i % 3 {
+		case 0:
+			wantCreating = append(wantCreating, name)
+		case 1:
+			if _, err := s.LedgerRunning(ctx, name, "p-"+name); err != nil {
+				t.Fatal(err)
+			}
+			wantRunning = append(wantRunning, name)
+		case 2:
+			if _, err := s.LedgerClose(ctx, name, "done"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	live, err := s.LedgerListLive(ctx, now, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := append(slices.Clone(wantCreating), wantRunning...); !slices.Equal(names(live), want) {
+		t.Fatalf("live = %v\nwant %v", names(live), want)
+	}
+	if five, err := s.LedgerListLive(ctx, now, 5); err != nil || !slices.Equal(names(five), wantCreating[:5]) {
+		t.Fatalf("limit 5 = %v, %v", names(five), err)
+	}
+}
+
+// TestMigrateLedgerIndex: live entries written before the live index
+// existed (no live_shard) are invisible to the reaper's query until the
+// migration gives them their key; closed ones are left alone; a second run
+// changes nothing.
+func TestMigrateLedgerIndex(t *testing.T) {
+	s, env := newStore(t)
+	ctx := testCtx(t)
+	now := time.Now()
+	for _, n := range []string{"old-creating", "old-running", "old-closed"} {
+		if _, err := s.LedgerBegin(ctx, store.LedgerEntry{Name: n, Provider: "local", Owner: "job:o", Deadline: now.Add(-time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.LedgerRunning(ctx, "old-running", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.LedgerClose(ctx, "old-closed", "done"); err != nil {
+		t.Fatal(err)
+	}
+	// What the previous release wrote: the same items without the key.
+	for _, n := range []string{"old-creating", "old-running"} {
+		if _, err := env.Client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:        aws.String(env.Prefix + store.SandboxesTableSuffix),
+			Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: n}},
+			UpdateExpression: aws.String("REMOVE live_shard"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if live, err := s.LedgerListLive(ctx, now, 0); err != nil || len(live) != 0 {
+		t.Fatalf("before the migration the index holds %v, %v", names(live), err)
+	}
+	n, err := s.MigrateLedgerIndex(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("migrated %d, %v; want 2", n, err)
+	}
+	live, err := s.LedgerListLive(ctx, now, 0)
+	if err != nil || !slices.Equal(names(live), []string{"old-creating", "old-running"}) {
+		t.Fatalf("after the migration = %v, %v", names(live), err)
+	}
+	if n, err := s.MigrateLedgerIndex(ctx); err != nil || n != 0 {
+		t.Fatalf("second run migrated %d, %v", n, err)
 	}
 }

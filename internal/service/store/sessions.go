@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,22 +50,15 @@ type Session struct {
 	ExpiresAt time.Time
 }
 
-// SessionShards spreads the cleanup index over this many partitions per
-// state, so frequent run updates do not all write one index partition.
-const SessionShards = 4
-
 const sessionIndex = "by-state-expiry"
 
 func sessionKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": avS(id)}
 }
 
-// gsiState is a session's partition value in the cleanup index.
-func gsiState(id string, st SessionState) string {
-	h := fnv.New32a()
-	h.Write([]byte(id))
-	return string(st) + "#" + strconv.Itoa(int(h.Sum32()%SessionShards))
-}
+// gsiState is a session's partition value in the cleanup index: its state,
+// sharded, so that frequent run updates spread over IndexShards partitions.
+func gsiState(id string, st SessionState) string { return shardKey(string(st), id) }
 
 // NewSession is what CreateSession needs.
 type NewSession struct {
@@ -225,32 +216,25 @@ func (s *Store) FinishDelete(ctx context.Context, id string) (Session, error) {
 }
 
 // ListSessions returns up to limit sessions in state (idle, running or
-// deleting) whose idle expiry is before the given time, from the cleanup
-// index (eventually consistent; the conditional writes decide). limit <= 0
+// deleting) whose idle expiry is before the given time, earliest first, from the
+// cleanup index's shards (eventually consistent; the conditional writes decide). limit <= 0
 // means all.
 func (s *Store) ListSessions(ctx context.Context, state SessionState, before time.Time, limit int) ([]Session, error) {
 	if state == SessionDeleted {
 		return nil, fmt.Errorf("deleted sessions are not indexed: %w", ErrInvalid)
 	}
-	var out []Session
-	for shard := range SessionShards {
-		items, err := s.queryIndex(ctx, s.sessions, sessionIndex,
-			"#k = :k AND #r < :before",
-			map[string]string{"#k": "gsi_state", "#r": "idle_expires_at"},
-			map[string]types.AttributeValue{
-				":k":      avS(string(state) + "#" + strconv.Itoa(shard)),
-				":before": avTime(before),
-			},
-			remaining(limit, len(out)))
-		if err != nil {
-			return nil, fmt.Errorf("list %s sessions: %w", state, err)
-		}
-		for _, it := range items {
-			out = append(out, sessionFromItem(it))
-		}
-		if limit > 0 && len(out) >= limit {
-			break
-		}
+	items, err := s.queryShards(ctx, shardQuery{
+		table: s.sessions, index: sessionIndex,
+		keyAttr: "gsi_state", rangeAttr: "idle_expires_at", rangeCond: "#r < :before",
+		values: map[string]types.AttributeValue{":before": avTime(before)},
+		limit:  limit,
+	}, string(state))
+	if err != nil {
+		return nil, fmt.Errorf("list %s sessions: %w", state, err)
+	}
+	out := make([]Session, len(items))
+	for i, it := range items {
+		out[i] = sessionFromItem(it)
 	}
 	return out, nil
 }

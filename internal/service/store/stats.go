@@ -3,8 +3,10 @@ package store
 import (
 	"context"
 	"maps"
+	"strings"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
@@ -21,6 +23,9 @@ type Stats struct {
 	// job": on-demand billing charges at least one write unit per item
 	// write, two inside a transaction.
 	ItemWrites int64
+	// TableWrites splits ItemWrites by table, named by its suffix
+	// (JobsTableSuffix, ...): the capacity model's per-table figures.
+	TableWrites map[string]int64
 	// ReadUnits and WriteUnits are the capacity DynamoDB reported as
 	// consumed by successful calls (the store asks for it on every call).
 	// Refused writes report none. DynamoDB Local reports transactions per
@@ -40,36 +45,51 @@ func (s Stats) Total() int64 {
 // Sub returns s minus an earlier snapshot, the activity in between.
 func (s Stats) Sub(earlier Stats) Stats {
 	out := Stats{
-		Calls:      make(map[string]int64, len(s.Calls)),
-		ItemWrites: s.ItemWrites - earlier.ItemWrites,
-		ReadUnits:  s.ReadUnits - earlier.ReadUnits,
-		WriteUnits: s.WriteUnits - earlier.WriteUnits,
+		Calls:       make(map[string]int64, len(s.Calls)),
+		TableWrites: make(map[string]int64, len(s.TableWrites)),
+		ItemWrites:  s.ItemWrites - earlier.ItemWrites,
+		ReadUnits:   s.ReadUnits - earlier.ReadUnits,
+		WriteUnits:  s.WriteUnits - earlier.WriteUnits,
 	}
 	for op, n := range s.Calls {
 		if d := n - earlier.Calls[op]; d != 0 {
 			out.Calls[op] = d
 		}
 	}
+	for t, n := range s.TableWrites {
+		if d := n - earlier.TableWrites[t]; d != 0 {
+			out.TableWrites[t] = d
+		}
+	}
 	return out
 }
 
 // Stats returns a snapshot of the Store's counters.
-func (s *Store) Stats() Stats { return s.stats.snapshot() }
+func (s *Store) Stats() Stats {
+	st := s.stats.snapshot()
+	byName := st.TableWrites
+	st.TableWrites = make(map[string]int64, len(byName))
+	for name, n := range byName {
+		st.TableWrites[strings.TrimPrefix(name, s.prefix)] += n
+	}
+	return st
+}
 
 type counter struct {
 	mu     sync.Mutex
 	calls  map[string]int64
 	writes int64
+	tables map[string]int64
 	rcu    float64
 	wcu    float64
 }
 
-func newCounter() *counter { return &counter{calls: map[string]int64{}} }
+func newCounter() *counter { return &counter{calls: map[string]int64{}, tables: map[string]int64{}} }
 
 func (c *counter) snapshot() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Calls: maps.Clone(c.calls), ItemWrites: c.writes, ReadUnits: c.rcu, WriteUnits: c.wcu}
+	return Stats{Calls: maps.Clone(c.calls), ItemWrites: c.writes, TableWrites: maps.Clone(c.tables), ReadUnits: c.rcu, WriteUnits: c.wcu}
 }
 
 // register is an APIOptions entry: it adds the counting middleware to every
@@ -77,7 +97,7 @@ func (c *counter) snapshot() Stats {
 func (c *counter) register(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("sandstepStoreStats",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-			writes := prepare(in.Parameters)
+			tables := prepare(in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			var r, w float64
 			if err == nil {
@@ -85,7 +105,10 @@ func (c *counter) register(stack *middleware.Stack) error {
 			}
 			c.mu.Lock()
 			c.calls[middleware.GetOperationName(ctx)]++
-			c.writes += writes
+			for t, n := range tables {
+				c.writes += n
+				c.tables[t] += n
+			}
 			c.rcu += r
 			c.wcu += w
 			c.mu.Unlock()
@@ -95,8 +118,8 @@ func (c *counter) register(stack *middleware.Stack) error {
 
 // prepare makes DynamoDB report consumed capacity for the operations the
 // store uses (unless the caller already chose) and returns how many item
-// writes the call requests.
-func prepare(params any) (writes int64) {
+// writes the call requests, per table.
+func prepare(params any) map[string]int64 {
 	const total = types.ReturnConsumedCapacityTotal
 	switch p := params.(type) {
 	case *dynamodb.GetItemInput:
@@ -107,23 +130,38 @@ func prepare(params any) (writes int64) {
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
 	case *dynamodb.PutItemInput:
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
-		return 1
+		return map[string]int64{aws.ToString(p.TableName): 1}
 	case *dynamodb.UpdateItemInput:
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
-		return 1
+		return map[string]int64{aws.ToString(p.TableName): 1}
 	case *dynamodb.DeleteItemInput:
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
-		return 1
+		return map[string]int64{aws.ToString(p.TableName): 1}
 	case *dynamodb.BatchWriteItemInput:
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
-		for _, reqs := range p.RequestItems {
-			writes += int64(len(reqs))
+		w := map[string]int64{}
+		for t, reqs := range p.RequestItems {
+			w[t] += int64(len(reqs))
 		}
+		return w
 	case *dynamodb.TransactWriteItemsInput:
 		p.ReturnConsumedCapacity = orDefault(p.ReturnConsumedCapacity, total)
-		return int64(len(p.TransactItems))
+		w := map[string]int64{}
+		for _, it := range p.TransactItems {
+			switch {
+			case it.Put != nil:
+				w[aws.ToString(it.Put.TableName)]++
+			case it.Update != nil:
+				w[aws.ToString(it.Update.TableName)]++
+			case it.Delete != nil:
+				w[aws.ToString(it.Delete.TableName)]++
+			case it.ConditionCheck != nil:
+				w[aws.ToString(it.ConditionCheck.TableName)]++
+			}
+		}
+		return w
 	}
-	return writes
+	return nil
 }
 
 func orDefault(v, def types.ReturnConsumedCapacity) types.ReturnConsumedCapacity {

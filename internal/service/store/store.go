@@ -67,6 +67,7 @@ type Store struct {
 	sessions  string
 	sandboxes string
 	retention time.Duration
+	pageSize  int32
 	stats     *counter
 	seqs      seqHints
 }
@@ -78,6 +79,13 @@ type Option func(*Store)
 // deletes them (default DefaultRetention).
 func WithRetention(d time.Duration) Option {
 	return func(s *Store) { s.retention = d }
+}
+
+// WithPageSize caps how many items one page of an index query returns
+// (default: DynamoDB's 1 MB page). Small pages make every query follow
+// LastEvaluatedKey; tests use it to prove they do.
+func WithPageSize(n int) Option {
+	return func(s *Store) { s.pageSize = int32(n) }
 }
 
 // New returns a Store on the tables named prefix+"jobs", prefix+"sessions"

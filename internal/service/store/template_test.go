@@ -54,7 +54,7 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 		t.Fatalf("jobs key = %s", k)
 	}
 	gsis := byName["pre-sandboxes"].Input.GlobalSecondaryIndexes
-	if len(gsis) != 2 || aws.ToString(gsis[0].IndexName) != "by-state-deadline" || keyOf(gsis[0].KeySchema) != "state:HASH,deadline:RANGE" ||
+	if len(gsis) != 2 || aws.ToString(gsis[0].IndexName) != "by-live-deadline" || keyOf(gsis[0].KeySchema) != "live_shard:HASH,deadline:RANGE" ||
 		gsis[0].Projection.ProjectionType != types.ProjectionTypeAll {
 		t.Fatalf("sandboxes indexes = %+v", gsis)
 	}
@@ -89,7 +89,7 @@ func TestCreateTablesIdempotent(t *testing.T) {
 	for _, g := range out.Table.GlobalSecondaryIndexes {
 		idx = append(idx, aws.ToString(g.IndexName)+"="+keyOf(g.KeySchema))
 	}
-	if got := strings.Join(idx, " "); !strings.Contains(got, "by-state-deadline=state:HASH,deadline:RANGE") || !strings.Contains(got, "by-owner=owner:HASH,created_at:RANGE") {
+	if got := strings.Join(idx, " "); !strings.Contains(got, "by-live-deadline=live_shard:HASH,deadline:RANGE") || !strings.Contains(got, "by-owner=owner:HASH,created_at:RANGE") {
 		t.Fatalf("indexes in DynamoDB Local: %s", got)
 	}
 	for _, suffix := range []string{"jobs", "sessions", "sandboxes"} {
