@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
-	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"
+	"github.com/sandstep/sandstep/providers/providertest"
 )
 
 func benchOptions() plugin.Options {
@@ -56,7 +56,7 @@ func benchGet(b *testing.B, p providers.Provider) {
 // BenchmarkCallInProcess and BenchmarkCallOverPlugin differ by the plugin
 // boundary only (budget: 200 us per call).
 func BenchmarkCallInProcess(b *testing.B) {
-	benchGet(b, testprovider.New())
+	benchGet(b, providertest.New())
 }
 
 func BenchmarkCallOverPlugin(b *testing.B) {
