@@ -4,7 +4,8 @@
 //
 // The shape follows Nomad's task-driver plugins: one Go interface, a
 // Capabilities struct that says what a backend can do, and ErrUnsupported for
-// the rest. Backends run as hashicorp/go-plugin subprocesses speaking the gRPC
+// the rest, which a backend gets by embedding the Unsupported types
+// (unsupported.go). Each backend owns its settings (settings.go). Backends run as hashicorp/go-plugin subprocesses speaking the gRPC
 // protocol in providers/proto; the host never links a backend in directly, so
 // a crashing or hanging backend cannot take the host down with it.
 package providers

@@ -45,7 +45,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer fx.Close()
 		cfg.Sandbox.AllowPrivate = append(cfg.Sandbox.AllowPrivate, fx.Listed)
 		if *name == "local" {
-			cfg.Provider.Local.DNSServers = []string{fx.DNS}
+			if err := cfg.SetProviderSetting("local", "dns_servers", []string{fx.DNS}); err != nil {
+				return err
+			}
 		}
 	}
 	p, err := providerhost.Open(ctx, cfg, *name, quietLogger(stderr))
