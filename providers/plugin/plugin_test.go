@@ -47,7 +47,7 @@ func run(m *testing.M) int {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "./internal/testprovider/cmd/sandstep-provider-test", "./internal/testprovider/cmd/sandstep-provider-future")
+	args = append(args, "./internal/cmd/sandstep-provider-test", "./internal/cmd/sandstep-provider-future")
 	build := exec.Command("go", args...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
