@@ -104,7 +104,8 @@ type Config struct {
 	// it was written: defaults and checks are the provider's.
 	Settings []byte
 	// BaseDir is the absolute folder that relative paths in Settings are
-	// relative to (the config file's); "" leaves relative paths refused.
+	// relative to (the config file's); "" means the plugin's working
+	// directory.
 	BaseDir string
 	// DataDir is an absolute folder that is the provider's own, for state
 	// its settings put nowhere else; "" when the host has none.
