@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
+	"github.com/sandstep/sandstep/providers/plugin/plugintest"
 	"github.com/sandstep/sandstep/providers/providertest"
 )
 
@@ -62,6 +63,12 @@ func BenchmarkCallInProcess(b *testing.B) {
 func BenchmarkCallOverPlugin(b *testing.B) {
 	c := start(b, benchOptions())
 	benchGet(b, c)
+}
+
+// BenchmarkCallOverTestConn is the in-process harness (plugintest): the
+// same gRPC, no subprocess.
+func BenchmarkCallOverTestConn(b *testing.B) {
+	benchGet(b, plugintest.Connect(b, providertest.New()))
 }
 
 // BenchmarkExecOverPlugin is one short command through the Exec stream.
