@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -41,9 +42,9 @@ type Config struct {
 	Sessions SessionsConfig `toml:"sessions"`
 	Research ResearchConfig `toml:"research"`
 
-	// thirdParty holds the [provider.<name>] tables of plugins this package
-	// does not know, as JSON, passed to them unvalidated.
-	thirdParty map[string]json.RawMessage
+	// providerTables holds the [provider.<name>] tables as JSON, as they
+	// were written: each provider decodes and checks its own.
+	providerTables map[string]json.RawMessage
 	// lines keeps the key lines so that problems found after loading (a
 	// missing secret) still point at the file.
 	lines map[string]int
@@ -98,7 +99,7 @@ func Parse(data []byte, name, dir string) (*Config, error) {
 		return nil, r.err()
 	}
 	c.lines = r.lines
-	c.thirdParty = takeThirdParty(values, r)
+	c.providerTables = takeProviderTables(values, r)
 	r.decodeTable("", values, reflect.ValueOf(c).Elem())
 	for _, s := range c.sections() {
 		s.check(c, r)
@@ -109,19 +110,17 @@ func Parse(data []byte, name, dir string) (*Config, error) {
 	return c, nil
 }
 
-// takeThirdParty removes from values the [provider.<name>] tables of
-// plugins the Provider struct does not describe, checks them for secrets
-// and returns them as JSON.
-func takeThirdParty(values map[string]any, r *report) map[string]json.RawMessage {
+// takeProviderTables removes from values the [provider.<name>] tables,
+// checks them for secrets and returns them as JSON.
+func takeProviderTables(values map[string]any, r *report) map[string]json.RawMessage {
 	prov, ok := values["provider"].(map[string]any)
 	if !ok {
 		return nil
 	}
-	known := tomlFields(reflect.TypeFor[ProviderConfig]())
 	out := make(map[string]json.RawMessage)
 	for _, name := range slices.Sorted(maps.Keys(prov)) {
 		table, isTable := prov[name].(map[string]any)
-		if _, k := known[name]; k || !isTable {
+		if !isTable {
 			continue
 		}
 		delete(prov, name)
@@ -138,27 +137,65 @@ func takeThirdParty(values map[string]any, r *report) map[string]json.RawMessage
 }
 
 // ProviderSettings returns the [provider.<name>] table as the JSON the
-// plugin receives in Configure: for local and sandy the typed settings with
-// defaults filled in; for any other plugin its table as written ("{}" when
-// there is none).
-func (c *Config) ProviderSettings(name string) ([]byte, error) {
-	var v any
-	switch name {
-	case "local":
-		v = c.Provider.Local
-	case "sandy":
-		v = c.Provider.Sandy
-	default:
-		if raw, ok := c.thirdParty[name]; ok {
-			return slices.Clone(raw), nil
-		}
-		return []byte("{}"), nil
+// plugin receives in Configure, as written ("{}" when there is none).
+func (c *Config) ProviderSettings(name string) []byte {
+	if raw, ok := c.providerTables[name]; ok {
+		return slices.Clone(raw)
 	}
-	b, err := json.Marshal(v)
+	return []byte("{}")
+}
+
+// SetProviderSetting sets key of the [provider.<name>] table to v, as if
+// the file said so: for a command that points a provider somewhere of its
+// own (the conformance fixture's DNS server, say).
+func (c *Config) SetProviderSetting(name, key string, v any) error {
+	table := map[string]any{}
+	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
+		return fmt.Errorf("config: decoding provider.%s: %w", name, err)
+	}
+	table[key] = v
+	b, err := json.Marshal(table)
 	if err != nil {
-		return nil, fmt.Errorf("config: encoding provider.%s: %w", name, err)
+		return fmt.Errorf("config: provider.%s.%s: %w", name, key, err)
 	}
-	return b, nil
+	if c.providerTables == nil {
+		c.providerTables = make(map[string]json.RawMessage)
+	}
+	c.providerTables[name] = b
+	return nil
+}
+
+// ProviderDataDir is the folder of provider name's own state, for what its
+// settings put nowhere else: <server.data_dir>/<name>.
+func (c *Config) ProviderDataDir(name string) string {
+	return filepath.Join(c.Server.DataDir, name)
+}
+
+// ProviderError turns the problems a provider found in its settings (a
+// *providers.SettingsError in err's chain) into an *Error that names each
+// key with its line in the file, as problems found at load do. Any other
+// error is returned as it is.
+func (c *Config) ProviderError(name string, err error) error {
+	var se *providers.SettingsError
+	if !errors.As(err, &se) {
+		return err
+	}
+	table := join("provider", name)
+	r := &report{file: c.File, lines: c.lines}
+	for _, p := range se.Problems {
+		key, msg := table, table+": "+p.Message
+		if p.Key != "" {
+			key, msg = table+"."+p.Key, table+"."+p.Message
+		}
+		// A key the file lacks (a required one, a default) points at its
+		// table, or at provider.name when the table is missing too.
+		line := r.line(key)
+		if line == 0 {
+			line = r.line("provider.name")
+		}
+		r.addAt(line, key, "%s", msg)
+	}
+	return r.err()
 }
 
 // ProviderSecrets resolves every "<secret>_env" key of the provider's table
@@ -170,12 +207,8 @@ func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[s
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	settings, err := c.ProviderSettings(name)
-	if err != nil {
-		return nil, err
-	}
 	var table map[string]any
-	if err := json.Unmarshal(settings, &table); err != nil {
+	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
 		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
 	}
 	r := &report{file: c.File, lines: c.lines}

@@ -53,11 +53,11 @@ func TestTypoNamesKeyLineAndSuggestion(t *testing.T) {
 	got := only(t, `[server]
 addr = "127.0.0.1:9000"
 
-[provider.local]
-max_processes = 10
-max_proces = 12
+[sandbox]
+memory_mb = 512
+memry_mb = 12
 `)
-	want := `config.toml:6: unknown key "provider.local.max_proces" (did you mean "max_processes"?)`
+	want := `config.toml:6: unknown key "sandbox.memry_mb" (did you mean "memory_mb"?)`
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
@@ -71,7 +71,7 @@ func TestUnknownKeyHints(t *testing.T) {
 		{"[sandbox]\ncolour = 1\n", `config.toml:2: unknown key "sandbox.colour" (known keys in [sandbox]: allow_hosts, allow_private, exec_timeout, idle_timeout, lifetime, memory_mb, network)`},
 		// Dotted keys and inline tables get their own lines too.
 		{"# c\n\nsandbox.memry_mb = 100\n", `config.toml:3: unknown key "sandbox.memry_mb" (did you mean "memory_mb"?)`},
-		{"[provider]\nname = \"local\"\nlocal = { max_processes = 3, bwrap = \"/usr/bin/bwrap\" }\n", `config.toml:3: unknown key "provider.local.bwrap" (did you mean "bwrap_path"?)`},
+		{"[server]\nadr = \"127.0.0.1:1\"\n[provider]\nname = \"local\"\nlocal = { max_processes = 3 }\n", `config.toml:2: unknown key "server.adr" (did you mean "addr"?)`},
 	} {
 		if got := only(t, tc.src); got != tc.want {
 			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)
@@ -88,8 +88,8 @@ lifetime = "30m"
 memory_mb = 16
 network = "internet"
 
-[provider.local]
-max_open_file = 5
+[auth]
+tokns = []
 `)
 	got := make([]string, len(ps))
 	for i, p := range ps {
@@ -98,13 +98,13 @@ max_open_file = 5
 	want := []string{
 		`config.toml:6: sandbox.memory_mb: must be from 64 to 65536, not 16`,
 		`config.toml:7: sandbox.network: must be "none", "all" or "allowlist", not "internet"`,
-		`config.toml:10: unknown key "provider.local.max_open_file" (did you mean "max_open_files"?)`,
+		`config.toml:10: unknown key "auth.tokns" (did you mean "tokens"?)`,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	keys := []string{ps[0].Key, ps[1].Key, ps[2].Key}
-	if !slices.Equal(keys, []string{"sandbox.memory_mb", "sandbox.network", "provider.local.max_open_file"}) {
+	if !slices.Equal(keys, []string{"sandbox.memory_mb", "sandbox.network", "auth.tokns"}) {
 		t.Errorf("keys = %q", keys)
 	}
 	var err error = &config.Error{Problems: ps}
@@ -146,8 +146,6 @@ func TestSyntaxErrorLineWithCRLF(t *testing.T) {
 func TestWrongTypeMessages(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"[server]\naddr = 8080\n", `config.toml:2: server.addr: must be a string, not an integer`},
-		{"[provider.sandy]\npreemptable = \"yes\"\n", `config.toml:2: provider.sandy.preemptable: must be true or false, not a string`},
-		{"[provider.sandy]\npriority = 1.5\n", `config.toml:2: provider.sandy.priority: must be an integer, not a float`},
 		{"[sandbox]\nallow_hosts = \"pypi.org\"\n", `config.toml:2: sandbox.allow_hosts: must be an array, not a string`},
 		{"[sandbox]\nallow_hosts = [\"a.org\", 3]\n", `config.toml:2: sandbox.allow_hosts[1]: must be a string, not an integer`},
 		{"sandbox = 3\n", `config.toml:1: sandbox: must be a table, not an integer`},
@@ -163,7 +161,6 @@ func TestInvalidValues(t *testing.T) {
 	for _, tc := range []struct{ src, want string }{
 		{"[sandbox]\nexec_timeout = \"5 minutes\"\n", `config.toml:2: sandbox.exec_timeout: invalid duration "5 minutes" (want a number with a unit, e.g. "30s" or "5m")`},
 		{"[sandbox]\nlifetime = \"-1m\"\nexec_timeout = \"1s\"\n", `config.toml:2: sandbox.lifetime: must be longer than zero, not -1m0s`},
-		{"[provider.sandy]\nrequest_timeout = \"0s\"\n", `config.toml:2: provider.sandy.request_timeout: must be longer than zero, not 0s`},
 		// A default that clashes with a value is reported at its table.
 		{"\n[sandbox]\nlifetime = \"1m\"\n", `config.toml:2: sandbox.exec_timeout (5m0s) must not be longer than sandbox.lifetime (1m0s)`},
 		{"[sandbox]\nnetwork = \"allowlist\"\n", `config.toml:2: sandbox.network = "allowlist" needs at least one host in sandbox.allow_hosts`},
@@ -173,14 +170,8 @@ func TestInvalidValues(t *testing.T) {
 		{"[sandbox]\nallow_private = [\"10.1.2.3/24\"]\n", `config.toml:2: sandbox.allow_private[0]: "10.1.2.3/24": the prefix has host bits set (did you mean 10.1.2.0/24?)`},
 		{"[server]\naddr = \"0.0.0.0:8080\"\n", `config.toml:2: server.addr: "0.0.0.0" is not a loopback address: the API would be reachable from other machines; use 127.0.0.1 (or ::1), or set server.allow_non_loopback = true to mean it`},
 		{"[server]\naddr = \":8080\"\n", `config.toml:2: server.addr: an empty host listens on every interface: the API would be reachable from other machines; use 127.0.0.1 (or ::1), or set server.allow_non_loopback = true to mean it`},
-		{"[provider.local]\ndns_servers = [\"dns.google\"]\n", `config.toml:2: provider.local.dns_servers[0]: "dns.google": not an IP address or IP:port (such as "1.1.1.1" or "127.0.0.1:5353")`},
-		{"[provider.local]\nupstream_ca_files = [\"/nonexistent/ca.pem\"]\n", `config.toml:2: provider.local.upstream_ca_files[0]: open /nonexistent/ca.pem: no such file or directory`},
 		{"[server]\naddr = \"localhost\"\n", `config.toml:2: server.addr: "localhost" is not host:port (such as "127.0.0.1:8080")`},
 		{"[provider]\nname = \"My Plugin\"\n", `config.toml:2: provider.name: "My Plugin" is not a plugin name (lower-case letters, digits, - and _)`},
-		{"[provider.sandy]\npriority = 7\n", `config.toml:2: provider.sandy.priority: must be 0 (critical), 1 (high), 2 (normal) or 3 (low), not 7`},
-		{"[provider.local]\nro_paths = [\"usr\"]\n", `config.toml:2: provider.local.ro_paths[0]: "usr" is not an absolute path`},
-		{"[provider.local]\nuid_range_start = 0\n", `config.toml:2: provider.local.uid_range_start: must be at least 1000, above system and login accounts`},
-		{"[provider.local]\nmax_processes = 0\n", `config.toml:2: provider.local.max_processes: must be at least 1, not 0`},
 	} {
 		if got := only(t, tc.src); got != tc.want {
 			t.Errorf("%q:\n got  %s\n want %s", tc.src, got, tc.want)
@@ -188,41 +179,60 @@ func TestInvalidValues(t *testing.T) {
 	}
 }
 
-func TestLinesOfMultiLineValues(t *testing.T) {
-	// The parser's position for a multi-line string is where it ends; the
-	// problem must point where the key is.
-	got := only(t, `[provider.sandy]
+// A provider checks its own table; the problems it names by key come back
+// with the file and line of each key, as problems found at load do.
+func TestProviderErrorPointsAtLines(t *testing.T) {
+	c := mustParse(t, `[provider]
+name = "acme"
+
+[provider.acme]
 flavor = """
 agent-ready
 """
-upstream = '''
-x'''
-base_url = """
-ftp://x"""
-`)
-	want := `config.toml:7: provider.sandy.base_url: must be an http or https URL with a host, such as "https://sandy.example.com"`
-	if got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+zones = [
+  "a",
+  7,
+]
+[provider.acme.limits]
+cpus = 4
+`, t.TempDir())
+	var se providers.SettingsError
+	se.Add("flavor", "unknown flavor")
+	se.Add("zones[1]", "must be a string")
+	se.Add("limits.cpus", "must be at most 2, not 4")
+	se.Add("region", "required")
+	se.Problems = append(se.Problems, providers.SettingProblem{Message: "must be a table"})
+	err := c.ProviderError("acme", providers.Wrap(providers.InvalidArgument, "configure", &se))
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("ProviderError: %T %v, want a *config.Error", err, err)
 	}
-}
-
-func TestSandyNeedsBaseURL(t *testing.T) {
-	got := only(t, "[provider]\nname = \"sandy\"\n")
-	want := `config.toml:2: provider.sandy.base_url is required when provider.name = "sandy" (the Sandy controller, such as "https://sandy.example.com")`
-	if got != want {
-		t.Errorf("got  %s\nwant %s", got, want)
+	got := strings.Split(ce.Error(), "\n")
+	want := []string{
+		// A key the file lacks points at its table; so does the table.
+		`config.toml:4: provider.acme.region: required`,
+		`config.toml:4: provider.acme: must be a table`,
+		// The line where a multi-line value's key is, not where it ends.
+		`config.toml:5: provider.acme.flavor: unknown flavor`,
+		`config.toml:8: provider.acme.zones[1]: must be a string`,
+		`config.toml:13: provider.acme.limits.cpus: must be at most 2, not 4`,
 	}
-	// With a [provider.sandy] table, the problem points there.
-	ps := problems(t, "[provider]\nname = \"sandy\"\n\n[provider.sandy]\npriority = 2\n")
-	if len(ps) != 1 || ps[0].Key != "provider.sandy.base_url" || ps[0].Line != 4 {
-		t.Errorf("got %v", ps)
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// Not selected: no base_url needed.
-	mustParse(t, "[provider]\nname = \"local\"\n[provider.sandy]\npriority = 2\n", t.TempDir())
-
-	c := mustParse(t, "[provider]\nname = \"sandy\"\n[provider.sandy]\nbase_url = \"https://sandy.example.com/\"\n", t.TempDir())
-	if c.Provider.Sandy.BaseURL != "https://sandy.example.com" {
-		t.Errorf("base_url = %q, want the trailing slash stripped", c.Provider.Sandy.BaseURL)
+	if ce.Problems[2].Key != "provider.acme.flavor" {
+		t.Errorf("key %q", ce.Problems[0].Key)
+	}
+	// Without a table, at [provider]; any other error is left alone.
+	c = mustParse(t, "[server]\naddr = \"127.0.0.1:1\"\n[provider]\nname = \"sandy\"\n", t.TempDir())
+	var missing providers.SettingsError
+	missing.Add("base_url", "required")
+	if err := c.ProviderError("sandy", &missing); err == nil || err.Error() != `config.toml:3: provider.sandy.base_url: required` {
+		t.Errorf("got %v", err)
+	}
+	plain := errors.New("plugin crashed")
+	if err := c.ProviderError("sandy", plain); err != plain {
+		t.Errorf("a plain error became %v", err)
 	}
 }
 
@@ -262,7 +272,9 @@ password = "`+value+`"
 	}
 }
 
-func TestThirdPartyProviderTablePassesThrough(t *testing.T) {
+// Every provider's table, local and sandy as much as a third party's,
+// reaches its plugin as written: the provider owns its keys and defaults.
+func TestProviderTablesPassThrough(t *testing.T) {
 	c := mustParse(t, `[provider]
 name = "acme"
 
@@ -275,10 +287,7 @@ token_env = "ACME_TOKEN"
 [provider.acme.limits]
 cpus = 4
 `, t.TempDir())
-	got, err := c.ProviderSettings("acme")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := c.ProviderSettings("acme")
 	var v map[string]any
 	if err := json.Unmarshal(got, &v); err != nil {
 		t.Fatalf("%s: %v", got, err)
@@ -297,7 +306,7 @@ cpus = 4
 		t.Errorf("PluginPath = %s", p)
 	}
 	// A plugin with no table gets an empty object.
-	if got, _ := c.ProviderSettings("other"); string(got) != "{}" {
+	if got := c.ProviderSettings("other"); string(got) != "{}" {
 		t.Errorf("settings without a table = %s", got)
 	}
 	// A non-table key in [provider] is still an unknown key.
@@ -370,11 +379,9 @@ unused_env = ""
 		t.Errorf("acme secrets = %v", got)
 	}
 
-	// Sandy's key is required even when the file does not mention it: the
-	// default variable is named, at the [provider.sandy] table.
-	c = mustParse(t, "[provider]\nname = \"sandy\"\n[provider.sandy]\nbase_url = \"http://127.0.0.1:1\"\n", t.TempDir())
+	// A variable that is named must be set.
 	_, err = c.ProviderSecrets("sandy", func(string) string { return "" })
-	if err == nil || err.Error() != `config.toml:3: provider.sandy.api_key_env: environment variable SANDY_API_KEY is not set or is empty` {
+	if err == nil || err.Error() != `config.toml:5: provider.sandy.api_key_env: environment variable MY_SANDY_KEY is not set or is empty` {
 		t.Errorf("err = %v", err)
 	}
 	// The local provider has no secrets.
@@ -406,7 +413,7 @@ func TestRelativePathsResolveAgainstTheConfigFolder(t *testing.T) {
 		{"Dir", c.Dir, etc},
 		{"data_dir", c.Server.DataDir, filepath.Join(dir, "var")},
 		{"plugin_dir", c.Provider.PluginDir, filepath.Join(etc, "plugins")},
-		{"state_dir (default)", c.Provider.Local.StateDir, filepath.Join(dir, "var", "local")},
+		{"ProviderDataDir", c.ProviderDataDir("local"), filepath.Join(dir, "var", "local")},
 		{"PluginPath", c.PluginPath("local"), filepath.Join(etc, "plugins", "sandstep-provider-local")},
 	} {
 		if tc.got != tc.want {
@@ -414,25 +421,14 @@ func TestRelativePathsResolveAgainstTheConfigFolder(t *testing.T) {
 		}
 	}
 
-	write("[provider.local]\nstate_dir = \"state\"\n[server]\ndata_dir = \"/srv/sandstep\"\n")
-	c, err = config.Load(path)
-	if err != nil {
+	// A provider's own relative paths are the provider's to resolve: it
+	// gets the folder they are relative to (providers.Config.BaseDir).
+	write("[provider.local]\nstate_dir = \"state\"\n")
+	if c, err = config.Load(path); err != nil {
 		t.Fatal(err)
 	}
-	if c.Provider.Local.StateDir != filepath.Join(etc, "state") || c.Server.DataDir != "/srv/sandstep" {
-		t.Errorf("state_dir = %s, data_dir = %s", c.Provider.Local.StateDir, c.Server.DataDir)
-	}
-	// The plugin gets the resolved path.
-	settings, err := c.ProviderSettings("local")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var local config.LocalSettings
-	if err := config.Decode(settings, &local); err != nil {
-		t.Fatal(err)
-	}
-	if local.StateDir != filepath.Join(etc, "state") || local.MaxProcesses != 256 {
-		t.Errorf("plugin settings = %+v", local)
+	if got := string(c.ProviderSettings("local")); got != `{"state_dir":"state"}` || c.Dir != etc {
+		t.Errorf("settings %s, Dir %s", got, c.Dir)
 	}
 }
 
@@ -494,20 +490,9 @@ func TestSandboxDefaults(t *testing.T) {
 
 func TestEmptyFileGetsDefaults(t *testing.T) {
 	c := mustParse(t, "", t.TempDir())
-	if c.Provider.Name != "local" || c.Server.Addr != "127.0.0.1:8080" || c.Provider.Sandy.Priority != 1 ||
-		c.Provider.Sandy.RetryBaseDelay.D() != 500*time.Millisecond || c.Sandbox.Network != providers.NetworkNone {
+	if c.Provider.Name != "local" || c.Server.Addr != "127.0.0.1:8080" || c.Sandbox.Network != providers.NetworkNone ||
+		string(c.ProviderSettings("local")) != "{}" {
 		t.Errorf("defaults = %+v", c)
-	}
-	settings, err := c.ProviderSettings("sandy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sandy config.SandySettings
-	if err := config.Decode(settings, &sandy); err != nil {
-		t.Fatal(err)
-	}
-	if sandy != c.Provider.Sandy {
-		t.Errorf("sandy settings round trip: %+v != %+v", sandy, c.Provider.Sandy)
 	}
 }
 
@@ -521,20 +506,6 @@ func TestShippedConfigLoads(t *testing.T) {
 	c.File, empty.File = "", ""
 	if !reflect.DeepEqual(c.Server, empty.Server) || !reflect.DeepEqual(c.Provider, empty.Provider) || !reflect.DeepEqual(c.Sandbox, empty.Sandbox) {
 		t.Errorf("config.toml differs from the defaults:\n%+v\n%+v", c, empty)
-	}
-}
-
-// The plugins decode the JSON the host encodes from these structs, and the
-// docs speak of TOML keys: the two names must be the same.
-func TestJSONTagsMatchTOMLKeys(t *testing.T) {
-	for _, v := range []any{config.LocalSettings{}, config.SandySettings{}} {
-		rt := reflect.TypeOf(v)
-		for i := range rt.NumField() {
-			f := rt.Field(i)
-			if f.Tag.Get("toml") == "" || f.Tag.Get("toml") != f.Tag.Get("json") {
-				t.Errorf("%s.%s: toml %q, json %q", rt.Name(), f.Name, f.Tag.Get("toml"), f.Tag.Get("json"))
-			}
-		}
 	}
 }
 

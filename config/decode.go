@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/sandstep/sandstep/providers"
 )
 
 // The decoder is our own rather than toml.Decode into the Config struct
@@ -419,7 +421,7 @@ func (r *report) checkPassThrough(path string, raw any) {
 // near spelling among the table's keys, the same key in another table, or
 // the list of keys the table has.
 func hint(path, k string, names []string) string {
-	if best := closest(k, names); best != "" {
+	if best := providers.ClosestKey(k, names); best != "" {
 		return fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	for _, full := range schemaKeys()[k] {
@@ -431,52 +433,6 @@ func hint(path, k string, names []string) string {
 		return fmt.Sprintf(" (known tables and keys: %s)", strings.Join(names, ", "))
 	}
 	return fmt.Sprintf(" (known keys in [%s]: %s)", path, strings.Join(names, ", "))
-}
-
-// closest returns the name nearest to k within a third of k's length in
-// edits, or that starts with k or k with it ("bwrap" for "bwrap_path"); ""
-// when none is that close.
-func closest(k string, names []string) string {
-	best, bestD := "", 1<<30
-	for _, n := range names {
-		if strings.EqualFold(n, k) {
-			return n
-		}
-		d := editDistance(k, n)
-		near := d <= max(1, len(k)/3) ||
-			(min(len(k), len(n)) >= 4 && (strings.HasPrefix(n, k) || strings.HasPrefix(k, n)))
-		if near && d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// editDistance is the optimal string alignment distance: insertions,
-// deletions, substitutions and swaps of neighbours each cost one.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	d := make([][]int, len(ra)+1)
-	for i := range d {
-		d[i] = make([]int, len(rb)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(ra)][len(rb)]
 }
 
 // schemaKeys maps every key name in Config to the full paths it has, for

@@ -1,17 +1,12 @@
 package config
 
 import (
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
-	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
@@ -92,22 +87,20 @@ func (s *ServerConfig) check(c *Config, r *report) {
 	s.DataDir = resolve(c.Dir, s.DataDir)
 }
 
-// ProviderConfig is [provider]: which sandbox provider plugin runs, and the
-// settings of each. Tables of third-party plugins ([provider.<name>]) are
-// kept aside and handed to their plugin as they are.
+// ProviderConfig is [provider]: which sandbox provider plugin runs. Each
+// provider owns its [provider.<name>] table: the host keeps it as written
+// (refusing secret values in it) and hands it to the plugin, which decodes
+// and checks it in Configure; Config.ProviderError points the problems it
+// reports at their lines.
 type ProviderConfig struct {
 	// Name selects the plugin: sandstep-provider-<name> in PluginDir.
-	Name      string        `toml:"name"`
-	PluginDir string        `toml:"plugin_dir"`
-	Local     LocalSettings `toml:"local"`
-	Sandy     SandySettings `toml:"sandy"`
+	Name      string `toml:"name"`
+	PluginDir string `toml:"plugin_dir"`
 }
 
 func (p *ProviderConfig) setDefaults() {
 	p.Name = "local"
 	p.PluginDir = "bin/plugins"
-	p.Local.setDefaults()
-	p.Sandy.setDefaults()
 }
 
 // pluginName keeps a provider name usable as part of a file name.
@@ -121,187 +114,6 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")
 	} else {
 		p.PluginDir = resolve(c.Dir, p.PluginDir)
-	}
-	p.Local.check(c, r)
-	p.Sandy.check(p.Name == "sandy", r)
-}
-
-func (l *LocalSettings) setDefaults() {
-	// StateDir is left empty: its default lives under server.data_dir,
-	// which is only known once the file is read.
-	l.ROPaths = append([]string(nil), DefaultLocalROPaths...)
-	l.UIDRangeStart = 2_000_000_000
-	l.UIDRangeSize = 10_000
-	l.MaxProcesses = 256
-	l.MaxFileSizeMB = 1024
-	l.MaxCPUSeconds = 0
-	l.MaxAddressSpaceMB = 0
-	l.MaxOpenFiles = 1024
-	l.ToolsDir = "bin/sandbox"
-	l.TmpSizeMB = 512
-	l.HomeSizeMB = 512
-	l.WorkspaceSizeMB = 512
-	l.VolumeCapacityMB = 1024
-	l.SnapshotSizeMB = 8192
-	l.UnenforcedLimits = []string{}
-	l.DNSServers = []string{}
-	l.UpstreamCAFiles = []string{}
-}
-
-// DefaultLocalROPaths are the host paths every local sandbox sees,
-// read-only: programs and libraries, CA certificates for TLS, and what name
-// resolution needs when the network is on, and the browser's settings.
-// Missing ones are skipped.
-var DefaultLocalROPaths = []string{
-	"/usr", "/bin", "/sbin", "/lib", "/lib64",
-	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/resolv.conf", "/etc/hosts",
-	"/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/localtime",
-	// Debian's chromium wrapper sources /etc/chromium.d and fails without it.
-	"/etc/chromium.d", "/etc/chromium", "/etc/fonts",
-}
-
-// maxUID is the highest uid a sandbox may get: bubblewrap 0.8 writes uid
-// maps with %d, so larger uids wrap negative.
-const maxUID int64 = 1<<31 - 1
-
-func (l *LocalSettings) check(c *Config, r *report) {
-	const t = "provider.local"
-	if l.StateDir == "" {
-		l.StateDir = filepath.Join(c.Server.DataDir, "local")
-	} else {
-		l.StateDir = resolve(c.Dir, l.StateDir)
-	}
-	for i, p := range l.ROPaths {
-		if !filepath.IsAbs(p) {
-			r.add(index(t+".ro_paths", i), "%s.ro_paths[%d]: %q is not an absolute path", t, i, p)
-		}
-	}
-	switch {
-	case l.UIDRangeSize < 1:
-		r.add(t+".uid_range_size", "%s.uid_range_size: must be at least 1", t)
-	case l.UIDRangeStart < 1000:
-		r.add(t+".uid_range_start", "%s.uid_range_start: must be at least 1000, above system and login accounts", t)
-	case int64(l.UIDRangeStart)+int64(l.UIDRangeSize)-1 > maxUID:
-		r.add(t+".uid_range_size", "%s.uid_range_start + uid_range_size: the range must end at or below %d", t, maxUID)
-	}
-	atLeast(r, t+".max_processes", l.MaxProcesses, 1)
-	atLeast(r, t+".max_file_size_mb", l.MaxFileSizeMB, 1)
-	atLeast(r, t+".max_cpu_seconds", l.MaxCPUSeconds, 0)
-	atLeast(r, t+".max_address_space_mb", l.MaxAddressSpaceMB, 0)
-	atLeast(r, t+".max_open_files", l.MaxOpenFiles, 16)
-	if l.ToolsDir != "" {
-		l.ToolsDir = resolve(c.Dir, l.ToolsDir)
-	}
-	if l.BwrapPath != "" && !filepath.IsAbs(l.BwrapPath) {
-		r.add(t+".bwrap_path", "%s.bwrap_path: %q is not an absolute path (leave it empty to look bwrap up in PATH)", t, l.BwrapPath)
-	}
-	atLeast(r, t+".tmp_size_mb", l.TmpSizeMB, 1)
-	atLeast(r, t+".home_size_mb", l.HomeSizeMB, 1)
-	atLeast(r, t+".workspace_size_mb", l.WorkspaceSizeMB, 1)
-	atLeast(r, t+".volume_capacity_mb", l.VolumeCapacityMB, MinVolumeCapacityMB)
-	atLeast(r, t+".snapshot_size_mb", l.SnapshotSizeMB, MinVolumeCapacityMB)
-	for i, v := range l.UnenforcedLimits {
-		if !slices.Contains(UnenforceableLimits, v) {
-			r.add(index(t+".unenforced_limits", i), "%s.unenforced_limits[%d]: %q is not one of %s", t, i, v, strings.Join(quoteAll(UnenforceableLimits), ", "))
-		}
-	}
-	for i, d := range l.DNSServers {
-		if _, err := egress.ParseDNSServer(d); err != nil {
-			r.add(index(t+".dns_servers", i), "%s.dns_servers[%d]: %v", t, i, err)
-		}
-	}
-	for i, f := range l.UpstreamCAFiles {
-		l.UpstreamCAFiles[i] = resolve(c.Dir, f)
-		if b, err := os.ReadFile(l.UpstreamCAFiles[i]); err != nil {
-			r.add(index(t+".upstream_ca_files", i), "%s.upstream_ca_files[%d]: %v", t, i, err)
-		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
-			r.add(index(t+".upstream_ca_files", i), "%s.upstream_ca_files[%d]: %s holds no PEM certificate", t, i, f)
-		}
-	}
-}
-
-// MinVolumeCapacityMB is the smallest volume (and snapshot image) the local
-// provider makes: an ext4 file system with its journal needs a few MiB.
-const MinVolumeCapacityMB = 16
-
-func quoteAll(vs []string) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = strconv.Quote(v)
-	}
-	return out
-}
-
-func (s *SandySettings) setDefaults() { *s = DefaultSandySettings() }
-
-// DefaultSandySettings returns [provider.sandy] as an empty table leaves it.
-// The plugin starts from it too, so that settings JSON written by hand may
-// leave keys out.
-func DefaultSandySettings() SandySettings {
-	return SandySettings{
-		APIKeyEnv:       "SANDY_API_KEY",
-		Priority:        1,
-		RequestTimeout:  Duration(60 * time.Second),
-		MaxRetries:      4,
-		RetryBaseDelay:  Duration(500 * time.Millisecond),
-		CreateTimeout:   Duration(180 * time.Second),
-		WarmupAttempts:  5,
-		ReadChunkBytes:  1 << 20,
-		WriteChunkBytes: 1 << 20,
-	}
-}
-
-// Bounds of read_chunk_bytes and write_chunk_bytes: a chunk travels base64
-// encoded inside one JSON body.
-const (
-	SandyMinChunkBytes = 4 << 10
-	SandyMaxChunkBytes = 8 << 20
-)
-
-// check validates [provider.sandy]; base_url is only required when Sandy is
-// the selected provider. The URL is never echoed: it could carry a token.
-func (s *SandySettings) check(selected bool, r *report) {
-	const t = "provider.sandy"
-	switch {
-	case s.BaseURL == "" && selected:
-		line := r.lines[t]
-		if line == 0 {
-			line = r.line("provider.name")
-		}
-		r.addAt(line, t+".base_url", "%s.base_url is required when provider.name = \"sandy\" (the Sandy controller, such as \"https://sandy.example.com\")", t)
-	case s.BaseURL != "":
-		u, err := url.Parse(s.BaseURL)
-		switch {
-		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-			r.add(t+".base_url", "%s.base_url: must be an http or https URL with a host, such as \"https://sandy.example.com\"", t)
-		case u.User != nil || u.RawQuery != "" || u.Fragment != "":
-			r.add(t+".base_url", "%s.base_url: must not contain credentials, a query or a fragment (name the API key with api_key_env)", t)
-		default:
-			s.BaseURL = strings.TrimRight(s.BaseURL, "/")
-		}
-	}
-	if s.APIKeyEnv == "" {
-		r.add(t+".api_key_env", "%s.api_key_env: must name the environment variable that holds the Sandy API key", t)
-	}
-	if s.Priority < 0 || s.Priority > 3 {
-		r.add(t+".priority", "%s.priority: must be 0 (critical), 1 (high), 2 (normal) or 3 (low), not %d", t, s.Priority)
-	}
-	positive(r, t+".request_timeout", s.RequestTimeout)
-	positive(r, t+".retry_base_delay", s.RetryBaseDelay)
-	positive(r, t+".create_timeout", s.CreateTimeout)
-	if s.MaxRetries < 0 || s.MaxRetries > 20 {
-		r.add(t+".max_retries", "%s.max_retries: must be from 0 to 20, not %d", t, s.MaxRetries)
-	}
-	if s.WarmupAttempts < 1 || s.WarmupAttempts > 20 {
-		r.add(t+".warmup_attempts", "%s.warmup_attempts: must be from 1 to 20, not %d", t, s.WarmupAttempts)
-	}
-	for _, c := range []struct {
-		key string
-		v   int
-	}{{"read_chunk_bytes", s.ReadChunkBytes}, {"write_chunk_bytes", s.WriteChunkBytes}} {
-		if c.v < SandyMinChunkBytes || c.v > SandyMaxChunkBytes {
-			r.add(t+"."+c.key, "%s.%s: must be from %d (4 KiB) to %d (8 MiB), not %d", t, c.key, SandyMinChunkBytes, SandyMaxChunkBytes, c.v)
-		}
 	}
 }
 

@@ -4,7 +4,8 @@
 //
 // The shape follows Nomad's task-driver plugins: one Go interface, a
 // Capabilities struct that says what a backend can do, and ErrUnsupported for
-// the rest. Backends run as hashicorp/go-plugin subprocesses speaking the gRPC
+// the rest, which a backend gets by embedding the Unsupported types
+// (unsupported.go). Each backend owns its settings (settings.go). Backends run as hashicorp/go-plugin subprocesses speaking the gRPC
 // protocol in providers/proto; the host never links a backend in directly, so
 // a crashing or hanging backend cannot take the host down with it.
 package providers
@@ -37,10 +38,12 @@ const (
 // Unsupported. Identifiers are the provider's own; names are the caller's
 // (a job or session id) and are unique among live sandboxes.
 type Provider interface {
-	// Configure passes the provider its own settings (the decoded
-	// [provider.<name>] table as JSON) and the secrets it needs, resolved by
-	// the host. It is called once, right after the plugin starts and before
-	// any other call; a bad setting is an InvalidArgument error.
+	// Configure passes the provider its own settings (the
+	// [provider.<name>] table as JSON, which the provider decodes and
+	// checks itself) and the secrets it needs, resolved by the host. It is
+	// called once, right after the plugin starts and before any other
+	// call. Bad settings are an InvalidArgument error, a *SettingsError
+	// naming every bad key (see DecodeSettings).
 	Configure(ctx context.Context, cfg Config) error
 
 	// Info describes the provider and what it can do.
@@ -97,8 +100,16 @@ type Provider interface {
 
 // Config is what Configure receives.
 type Config struct {
-	// Settings is the provider's own table from config.toml, as JSON.
+	// Settings is the provider's own table from config.toml, as JSON, as
+	// it was written: defaults and checks are the provider's.
 	Settings []byte
+	// BaseDir is the absolute folder that relative paths in Settings are
+	// relative to (the config file's); "" means the plugin's working
+	// directory.
+	BaseDir string
+	// DataDir is an absolute folder that is the provider's own, for state
+	// its settings put nowhere else; "" when the host has none.
+	DataDir string
 	// Secrets maps a secret's name (as the provider's settings call it, for
 	// example "api_key") to its value. Never logged.
 	Secrets map[string]string

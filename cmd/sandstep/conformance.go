@@ -17,6 +17,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
 	name := fs.String("provider", "", "provider to test (default: the one config.toml selects)")
 	short := fs.Bool("short", false, "skip the heavy cases (tens of megabytes, 20 sandboxes at once)")
+	core := fs.Bool("core", false, "run only the core cases, which check the protocol itself")
 	only := fs.String("run", "", "comma-separated case name patterns to run (e.g. 'exec-*,files-*')")
 	skip := fs.String("skip", "", "comma-separated case name patterns to skip")
 	parallel := fs.Int("parallel", 2, "cases run at once (heavy cases always run alone)")
@@ -45,7 +46,9 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		defer fx.Close()
 		cfg.Sandbox.AllowPrivate = append(cfg.Sandbox.AllowPrivate, fx.Listed)
 		if *name == "local" {
-			cfg.Provider.Local.DNSServers = []string{fx.DNS}
+			if err := cfg.SetProviderSetting("local", "dns_servers", []string{fx.DNS}); err != nil {
+				return err
+			}
 		}
 	}
 	p, err := providerhost.Open(ctx, cfg, *name, quietLogger(stderr))
@@ -55,6 +58,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	defer p.Close()
 	sum := conformance.RunAll(ctx, p, conformance.Options{
 		Short:        *short,
+		Core:         *core,
 		Only:         splitList(*only),
 		Skip:         splitList(*skip),
 		Parallel:     *parallel,

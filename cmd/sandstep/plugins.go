@@ -35,6 +35,7 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	logger := quietLogger(stderr)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tVERSION\tAPI\tCAPABILITIES")
+	var activeErr error
 	for _, name := range names {
 		marker := ""
 		if name == cfg.Provider.Name {
@@ -42,17 +43,21 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		info, err := pluginInfo(ctx, cfg, name, logger)
 		if err != nil {
-			fmt.Fprintf(tw, "%s%s\t-\t-\terror: %v\n", name, marker, err)
+			fmt.Fprintf(tw, "%s%s\t-\t-\terror: %s\n", name, marker, strings.ReplaceAll(err.Error(), "\n", "; "))
+			if name == cfg.Provider.Name {
+				activeErr = err
+			}
 			continue
 		}
 		fmt.Fprintf(tw, "%s%s\t%s\tv%d\t%s\n", name, marker, info.Version, info.APIVersion, capabilities(info.Capabilities))
 	}
 	tw.Flush()
-	// The configured provider must be runnable: say so in one line if not.
+	// The configured provider must be runnable: say so in one line if not,
+	// and pass on what it found wrong with its settings.
 	if !contains(names, cfg.Provider.Name) {
 		return &plugin.BinaryNotFoundError{Provider: cfg.Provider.Name, Path: absPath(cfg.PluginPath(cfg.Provider.Name))}
 	}
-	return nil
+	return activeErr
 }
 
 func pluginInfo(ctx context.Context, cfg *config.Config, name string, logger *slog.Logger) (providers.Info, error) {

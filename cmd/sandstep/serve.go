@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
@@ -85,10 +84,8 @@ func startServer(ctx context.Context, cfgPath, addr, dataDir string, logger *slo
 		if dataDir, err = absDir(dataDir); err != nil {
 			return nil, err
 		}
-		// The local provider's state follows the data dir unless set apart.
-		if cfg.Provider.Local.StateDir == filepath.Join(cfg.Server.DataDir, "local") {
-			cfg.Provider.Local.StateDir = filepath.Join(dataDir, "local")
-		}
+		// A provider's state follows the data dir unless its settings set
+		// it apart (Config.ProviderDataDir).
 		cfg.Server.DataDir = dataDir
 	}
 	if err := os.MkdirAll(cfg.Server.DataDir, 0o755); err != nil {

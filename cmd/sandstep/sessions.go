@@ -169,9 +169,6 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *dataDir, err = absDir(*dataDir); err != nil {
 			return err
 		}
-		if cfg.Provider.Local.StateDir == filepath.Join(cfg.Server.DataDir, "local") {
-			cfg.Provider.Local.StateDir = filepath.Join(*dataDir, "local")
-		}
 		cfg.Server.DataDir = *dataDir
 	}
 	if serverAnswers(ctx, cfg.Server.Addr) {

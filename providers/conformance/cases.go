@@ -6,15 +6,15 @@ import "github.com/sandstep/sandstep/providers"
 // Names are stable: the command line and Options.Only/Skip use them.
 func Cases() []Case {
 	return []Case{
-		{Name: "info", Run: caseInfo},
-		{Name: "lifecycle", Run: caseLifecycle},
-		{Name: "list-by-labels", Requires: func(c providers.Capabilities) bool { return c.ListByLabels }, Run: caseListByLabels},
-		{Name: "name-unique", Requires: func(c providers.Capabilities) bool { return c.NamedSandboxes }, Run: caseNameUnique},
-		{Name: "create-invalid", Run: caseCreateInvalid},
-		{Name: "terminate-twice", Run: caseTerminateTwice},
-		{Name: "after-terminate", Run: caseAfterTerminate},
-		{Name: "unknown-ids", Run: caseUnknownIDs},
-		{Name: "unsupported", Run: caseUnsupported},
+		{Name: "info", Core: true, Run: caseInfo},
+		{Name: "lifecycle", Core: true, Run: caseLifecycle},
+		{Name: "list-by-labels", Core: true, Requires: func(c providers.Capabilities) bool { return c.ListByLabels }, Run: caseListByLabels},
+		{Name: "name-unique", Core: true, Requires: func(c providers.Capabilities) bool { return c.NamedSandboxes }, Run: caseNameUnique},
+		{Name: "create-invalid", Core: true, Run: caseCreateInvalid},
+		{Name: "terminate-twice", Core: true, Run: caseTerminateTwice},
+		{Name: "after-terminate", Core: true, Run: caseAfterTerminate},
+		{Name: "unknown-ids", Core: true, Run: caseUnknownIDs},
+		{Name: "unsupported", Core: true, Run: caseUnsupported},
 
 		{Name: "exec-exit-codes", Run: caseExecExitCodes},
 		{Name: "exec-stdout-stderr", Run: caseExecStdoutStderr},
@@ -29,14 +29,14 @@ func Cases() []Case {
 
 		{Name: "files-round-trip", Run: caseFilesRoundTrip},
 		{Name: "files-offset-limit", Run: caseFilesOffsetLimit},
-		{Name: "files-not-found", Requires: hasFileAPI, Run: caseFilesNotFound},
-		{Name: "files-invalid-path", Requires: hasFileAPI, Run: caseFilesInvalidPath},
-		{Name: "files-wrong-type", Requires: hasFileAPI, Run: caseFilesWrongType},
-		{Name: "files-failed-write", Requires: hasFileAPI, Run: caseFilesFailedWrite},
+		{Name: "files-not-found", Core: true, Requires: hasFileAPI, Run: caseFilesNotFound},
+		{Name: "files-invalid-path", Core: true, Requires: hasFileAPI, Run: caseFilesInvalidPath},
+		{Name: "files-wrong-type", Core: true, Requires: hasFileAPI, Run: caseFilesWrongType},
+		{Name: "files-failed-write", Core: true, Requires: hasFileAPI, Run: caseFilesFailedWrite},
 		{Name: "files-list", Requires: hasFileAPI, Run: caseFilesList},
 		{Name: "files-50mb", Heavy: true, Run: caseFilesLarge},
 
-		{Name: "volumes-lifecycle", Requires: hasVolumes, Run: caseVolumesLifecycle},
+		{Name: "volumes-lifecycle", Core: true, Requires: hasVolumes, Run: caseVolumesLifecycle},
 		{Name: "volumes-persist", Requires: hasVolumes, Run: caseVolumesPersist},
 		{Name: "volumes-delete-mounted", Requires: hasVolumes, Run: caseVolumesDeleteMounted},
 

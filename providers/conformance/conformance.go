@@ -46,7 +46,12 @@ type Case struct {
 	// NeedsHost cases reach the servers of Options.Fixture on this
 	// machine's loopback; they run only with a Fixture.
 	NeedsHost bool
-	Run       func(t T, p providers.Provider)
+	// Core cases check the protocol itself (lifecycle, names, labels,
+	// codes, refusals, the file and volume APIs) and ask nothing of a
+	// sandbox but that `true` exits 0; Options.Core runs only them, which
+	// is what an in-memory provider or one under construction can pass.
+	Core bool
+	Run  func(t T, p providers.Provider)
 }
 
 // Options tune a run. The zero value runs every case with default timeouts.
@@ -69,6 +74,8 @@ type Options struct {
 	Skip []string
 	// Short skips the heavy cases.
 	Short bool
+	// Core runs only the core cases (Case.Core).
+	Core bool
 	// Fixture, for providers whose sandboxes run on this machine, is what
 	// the network cases reach: the harness lists Fixture.Listed in the
 	// provider's allow_private before configuring it (see StartFixture).
@@ -426,6 +433,8 @@ func (e *env) skipReason(c Case) string {
 		return "the provider does not claim the capability this case needs"
 	case c.Heavy && e.opts.Short:
 		return "heavy case skipped in short mode"
+	case !c.Core && e.opts.Core:
+		return "not a core case (Options.Core)"
 	case c.NeedsHost && e.opts.Fixture == nil:
 		return "needs sandboxes on this machine and a fixture in their allow_private (Options.Fixture)"
 	}

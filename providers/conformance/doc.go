@@ -48,6 +48,18 @@
 //		})
 //	}
 //
+// Without a binary, the same gRPC server and client run inside the test
+// process through go-plugin's test connection:
+//
+//	p := plugintest.Connect(t, mine.New()) // providers/plugin/plugintest
+//
+// Options.Core runs only the cases that check the protocol itself
+// (lifecycle, names, labels, codes, refusals, the file and volume APIs):
+// what a provider under construction, or an in-memory one such as
+// providers/providertest, passes first. minimal_test.go is a whole
+// provider of a few dozen lines, embedding the providers.Unsupported
+// types, that does.
+//
 // go test -run 'TestConformance/cases/exec-' runs a subset, as do
 // Options.Only and Options.Skip (path.Match patterns over case names).
 //

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/conformance"
@@ -69,10 +68,10 @@ func requireBwrap(t *testing.T) {
 func startLocal(t *testing.T, fx *conformance.Fixture) *plugin.Client {
 	t.Helper()
 	requireBwrap(t)
-	ls := config.LocalSettings{StateDir: t.TempDir()}
+	ls := map[string]any{"state_dir": t.TempDir()}
 	var defaults providers.SandboxDefaults
 	if fx != nil {
-		ls.DNSServers = []string{fx.DNS}
+		ls["dns_servers"] = []string{fx.DNS}
 		defaults.AllowPrivate = []string{fx.Listed}
 	}
 	settings, err := json.Marshal(ls)

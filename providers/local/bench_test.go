@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -130,7 +129,7 @@ func BenchmarkVolumeWrite(b *testing.B) {
 				loopControl = "/nonexistent/loop-control"
 				defer func() { loopControl = saved }()
 			}
-			e := newEnv(b, func(ls *config.LocalSettings) {
+			e := newEnv(b, func(ls *Settings) {
 				ls.UnenforcedLimits = []string{providers.LimitVolumeCapacity}
 			})
 			if _, err := e.p.CreateVolume(e.ctx, providers.VolumeSpec{Slug: "bench", CapacityMB: 1024}); err != nil {

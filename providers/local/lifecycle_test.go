@@ -3,7 +3,6 @@ package local
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -239,7 +237,7 @@ func TestConfigure(t *testing.T) {
 	// A relative state_dir is taken from the working directory.
 	p := New()
 	defer p.Close()
-	b, _ := json.Marshal(config.LocalSettings{StateDir: "rel-state"})
+	b := []byte(`{"state_dir": "rel-state"}`)
 	t.Chdir(dir)
 	if err := p.Configure(context.Background(), providers.Config{Settings: b}); err != nil {
 		t.Fatal(err)
@@ -256,7 +254,7 @@ func TestConfigure(t *testing.T) {
 }
 
 func TestRlimits(t *testing.T) {
-	e := newEnv(t, func(ls *config.LocalSettings) {
+	e := newEnv(t, func(ls *Settings) {
 		ls.MaxCPUSeconds = 7
 		ls.MaxAddressSpaceMB = 2048
 		ls.MaxOpenFiles = 100
@@ -290,7 +288,7 @@ func TestToolsDirIsMountedReadOnly(t *testing.T) {
 	if err := os.Chmod(tools, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.ToolsDir = tools })
+	e := newEnv(t, func(ls *Settings) { ls.ToolsDir = tools })
 	sb := e.create(providers.CreateSpec{})
 	if out := e.sh(sb.ID, ToolsPath+"/tool.sh"); strings.TrimSpace(out) != "tool ran" {
 		t.Errorf("tool output %q", out)

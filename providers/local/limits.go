@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -62,7 +61,7 @@ func (p *Provider) enforceLimits(ctx context.Context, s *settings) error {
 		providers.LimitScratch:        true,
 	}
 	var missing, lacking []string
-	for _, l := range config.UnenforceableLimits {
+	for _, l := range UnenforceableLimits {
 		if have[l] {
 			continue
 		}

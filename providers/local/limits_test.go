@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testkit/testhost"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -293,7 +292,7 @@ func TestLimitsVolumeHandedOverAtOnce(t *testing.T) {
 // /tmp, /home/sandbox and an unmounted /workspace are tmpfs mounts of the
 // configured sizes: writing past them fails with ENOSPC.
 func TestLimitsScratchSizes(t *testing.T) {
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.TmpSizeMB, ls.HomeSizeMB, ls.WorkspaceSizeMB = 16, 8, 24 })
+	e := newEnv(t, func(ls *Settings) { ls.TmpSizeMB, ls.HomeSizeMB, ls.WorkspaceSizeMB = 16, 8, 24 })
 	requireEnforced(t, e, providers.LimitScratch)
 	sb := e.create(providers.CreateSpec{})
 	for path, mb := range map[string]int64{"/tmp": 16, "/home/sandbox": 8, "/workspace": 24} {
@@ -316,7 +315,7 @@ func TestLimitsScratchSizes(t *testing.T) {
 // RLIMIT_NPROC that also bounds it.
 func TestLimitsForkBombBoundedByPids(t *testing.T) {
 	const limit = 64
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.MaxProcesses = limit })
+	e := newEnv(t, func(ls *Settings) { ls.MaxProcesses = limit })
 	requireEnforced(t, e, providers.LimitProcesses)
 	// The rlimit off, so that the cgroup alone holds the bomb.
 	e.p.mu.Lock()
@@ -432,7 +431,7 @@ func TestLimitsMountinfoShowsNoHostPaths(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(tools, "tool"), []byte("#!/bin/sh\necho tool ran\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.ToolsDir = tools })
+	e := newEnv(t, func(ls *Settings) { ls.ToolsDir = tools })
 	requireEnforced(t, e, providers.LimitVolumeCapacity)
 	if _, err := e.p.CreateVolume(e.ctx, providers.VolumeSpec{Slug: "v"}); err != nil {
 		t.Fatal(err)
@@ -480,7 +479,9 @@ func TestLimitsConfigureRefusesWithoutMechanisms(t *testing.T) {
 
 	configure := func(unenforced []string) (*Provider, string, error) {
 		dir := t.TempDir()
-		b, _ := json.Marshal(config.LocalSettings{StateDir: dir, UnenforcedLimits: unenforced})
+		ls := DefaultSettings()
+		ls.StateDir, ls.UnenforcedLimits = dir, unenforced
+		b, _ := json.Marshal(ls)
 		p := New()
 		t.Cleanup(func() { p.Close() })
 		return p, dir, p.Configure(context.Background(), providers.Config{Settings: b, Defaults: providers.SandboxDefaults{Lifetime: time.Minute}})
@@ -500,7 +501,7 @@ func TestLimitsConfigureRefusesWithoutMechanisms(t *testing.T) {
 		}
 	}
 
-	p, dir, err := configure(config.UnenforceableLimits)
+	p, dir, err := configure(UnenforceableLimits)
 	if err != nil {
 		t.Fatalf("Configure with every limit unenforced: %v", err)
 	}
@@ -601,7 +602,7 @@ func TestLimitsDirectorySnapshotIsBuiltAgain(t *testing.T) {
 // A snapshot's setup that writes past snapshot_size_mb fails the build
 // with a message that says so.
 func TestLimitsSnapshotSize(t *testing.T) {
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.SnapshotSizeMB = 16 })
+	e := newEnv(t, func(ls *Settings) { ls.SnapshotSizeMB = 16 })
 	requireEnforced(t, e, providers.LimitVolumeCapacity)
 	_, err := e.p.EnsureSnapshot(e.ctx, providers.SnapshotSpec{Slug: "big", Setup: []string{"head -c 32000000 /dev/zero > " + SnapshotPath + "/big"}})
 	wantCode(t, "a snapshot past its size", err, providers.FailedPrecondition)

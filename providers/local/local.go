@@ -50,18 +50,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
@@ -85,26 +82,15 @@ const (
 	sandboxUID = 1000
 )
 
-// Defaults for settings left zero, as config.toml documents them. CPU time
-// and address space have none (0 = no limit): Node.js and Chromium reserve
-// far more address space than they use, and exec timeouts and lifetimes
-// bound CPU already. The uid range sits far above the subordinate uid
-// ranges (/etc/subuid) that user namespaces of login users take.
+// Defaults of sandboxes whose spec and the host's defaults leave a field
+// zero.
 const (
-	defaultMaxProcesses    = 256
-	defaultMaxFileSizeMB   = 1024
-	defaultMaxOpenFiles    = 1024
-	defaultUIDRangeStart   = 2_000_000_000
-	defaultUIDRangeSize    = 10_000
 	defaultLifetime        = time.Hour
 	defaultExecTimeout     = 10 * time.Minute
 	defaultSnapshotTimeout = 15 * time.Minute
 	reapInterval           = 10 * time.Second
 	// shmSize bounds /dev/shm, as Docker's default does.
-	shmSize           = 64 << 20
-	defaultScratchMB  = 512
-	defaultVolumeMB   = 1024
-	defaultSnapshotMB = 8192
+	shmSize = 64 << 20
 )
 
 // Provider is the local bubblewrap provider. Create it with New and call
@@ -150,7 +136,7 @@ type Provider struct {
 	serving  map[string]*egressServer
 }
 
-// settings are LocalSettings with defaults filled and paths resolved.
+// settings are what Configure derives from Settings.
 type settings struct {
 	stateDir    string
 	roArgs      []string // bwrap arguments that recreate ro_paths
@@ -241,13 +227,13 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 	}, nil
 }
 
-// Configure decodes config.LocalSettings, prepares state_dir, checks that
-// bubblewrap can start a sandbox here, and takes over the sandboxes a previous
-// plugin process left running.
+// Configure decodes and checks the settings (ParseSettings), prepares
+// state_dir, checks that bubblewrap can start a sandbox here, and takes over
+// the sandboxes a previous plugin process left running.
 func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
-	var ls config.LocalSettings
-	if err := config.Decode(cfg.Settings, &ls); err != nil {
-		return providers.Errorf(providers.InvalidArgument, "configure", "provider.local settings: %v", err)
+	ls, err := ParseSettings(cfg)
+	if err != nil {
+		return providers.Wrap(providers.InvalidArgument, "configure", err)
 	}
 	s, err := resolveSettings(ls)
 	if err != nil {
@@ -302,97 +288,41 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	return nil
 }
 
-func resolveSettings(ls config.LocalSettings) (settings, error) {
-	bad := func(format string, args ...any) (settings, error) {
-		return settings{}, providers.Errorf(providers.InvalidArgument, "configure", "provider.local: "+format, args...)
-	}
-	if ls.StateDir == "" {
-		return bad("state_dir is required")
-	}
-	stateDir, err := filepath.Abs(ls.StateDir)
-	if err != nil {
-		return bad("state_dir: %v", err)
-	}
-	for name, v := range map[string]int{
-		"max_processes": ls.MaxProcesses, "max_file_size_mb": ls.MaxFileSizeMB, "max_cpu_seconds": ls.MaxCPUSeconds,
-		"max_address_space_mb": ls.MaxAddressSpaceMB, "max_open_files": ls.MaxOpenFiles,
-		"uid_range_start": ls.UIDRangeStart, "uid_range_size": ls.UIDRangeSize,
-		"tmp_size_mb": ls.TmpSizeMB, "home_size_mb": ls.HomeSizeMB, "workspace_size_mb": ls.WorkspaceSizeMB,
-		"volume_capacity_mb": ls.VolumeCapacityMB, "snapshot_size_mb": ls.SnapshotSizeMB,
-	} {
-		if v < 0 {
-			return bad("%s must not be negative (0 = default)", name)
-		}
-	}
-	orDefault := func(v, d int) int {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
+// resolveSettings derives what the provider works with from checked
+// settings.
+func resolveSettings(ls Settings) (settings, error) {
 	s := settings{
-		stateDir: stateDir,
-		uidStart: orDefault(ls.UIDRangeStart, defaultUIDRangeStart),
-		uidSize:  orDefault(ls.UIDRangeSize, defaultUIDRangeSize),
+		stateDir: ls.StateDir,
+		uidStart: ls.UIDRangeStart,
+		uidSize:  ls.UIDRangeSize,
 		limits: rlimits{
-			NProc:  uint64(orDefault(ls.MaxProcesses, defaultMaxProcesses)),
-			FSize:  uint64(orDefault(ls.MaxFileSizeMB, defaultMaxFileSizeMB)) << 20,
+			NProc:  uint64(ls.MaxProcesses),
+			FSize:  uint64(ls.MaxFileSizeMB) << 20,
 			CPU:    uint64(ls.MaxCPUSeconds),
 			AS:     uint64(ls.MaxAddressSpaceMB) << 20,
-			NoFile: uint64(orDefault(ls.MaxOpenFiles, defaultMaxOpenFiles)),
+			NoFile: uint64(ls.MaxOpenFiles),
 		},
 	}
 	s.maxFileSize = int64(s.limits.FSize)
 	s.maxTasks = int(s.limits.NProc) + agentTasks
-	s.tmpSize = int64(orDefault(ls.TmpSizeMB, defaultScratchMB)) << 20
-	s.homeSize = int64(orDefault(ls.HomeSizeMB, defaultScratchMB)) << 20
-	s.workSize = int64(orDefault(ls.WorkspaceSizeMB, defaultScratchMB)) << 20
-	s.volumeCapacityMB = max(orDefault(ls.VolumeCapacityMB, defaultVolumeMB), config.MinVolumeCapacityMB)
-	s.snapshotSizeMB = max(orDefault(ls.SnapshotSizeMB, defaultSnapshotMB), config.MinVolumeCapacityMB)
-	for _, l := range ls.UnenforcedLimits {
-		if !slices.Contains(config.UnenforceableLimits, l) {
-			return bad("unenforced_limits: %q is not one of %s", l, strings.Join(config.UnenforceableLimits, ", "))
-		}
-	}
+	s.tmpSize = int64(ls.TmpSizeMB) << 20
+	s.homeSize = int64(ls.HomeSizeMB) << 20
+	s.workSize = int64(ls.WorkspaceSizeMB) << 20
+	s.volumeCapacityMB = ls.VolumeCapacityMB
+	s.snapshotSizeMB = ls.SnapshotSizeMB
 	s.unenforced = ls.UnenforcedLimits
-	// bubblewrap writes uid maps with printf's %d: a uid above the largest
-	// int32 becomes negative and the kernel refuses the map.
-	if int64(s.uidStart)+int64(s.uidSize)-1 > math.MaxInt32 {
-		return bad("uid_range_start + uid_range_size: the range must end at or below %d (bubblewrap cannot map larger uids)", math.MaxInt32)
+	// A missing tools folder is no error: it only means nothing is mounted.
+	if fi, err := os.Stat(ls.ToolsDir); ls.ToolsDir != "" && err == nil && fi.IsDir() {
+		s.toolsDir = ls.ToolsDir
 	}
-
-	roPaths := ls.ROPaths
-	if roPaths == nil {
-		roPaths = config.DefaultLocalROPaths
-	}
-	for _, rp := range roPaths {
-		if !cleanAbs(rp) || rp == "/" {
-			return bad("ro_paths: %q must be an absolute, clean path other than /", rp)
-		}
-		for _, r := range reservedPaths {
-			if overlaps(rp, r) {
-				return bad("ro_paths: %q overlaps %s, which the sandbox provides itself", rp, r)
-			}
-		}
-	}
-	s.toolsDir = ""
-	if ls.ToolsDir != "" {
-		if !filepath.IsAbs(ls.ToolsDir) {
-			return bad("tools_dir: %q is not an absolute path", ls.ToolsDir)
-		}
-		// A missing folder is no error: it only means nothing is mounted.
-		if fi, err := os.Stat(ls.ToolsDir); err == nil && fi.IsDir() {
-			s.toolsDir = ls.ToolsDir
-		}
-	}
-	s.roPaths = append([]string(nil), roPaths...)
-	sort.Strings(s.roPaths)
+	s.roPaths = slices.Sorted(slices.Values(ls.ROPaths))
 	s.roArgs = roBindArgs(s.roPaths)
 
 	s.bwrap = ls.BwrapPath
 	if s.bwrap == "" {
 		s.bwrap = "bwrap"
 	}
+	var err error
 	if s.bwrap, err = exec.LookPath(s.bwrap); err != nil {
 		return settings{}, providers.Errorf(providers.FailedPrecondition, "configure",
 			"bubblewrap is not installed (%v): install the Debian package \"bubblewrap\" (apt-get install bubblewrap) or set provider.local.bwrap_path", err)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -38,24 +37,25 @@ type testEnv struct {
 	p        *Provider
 	dir      string
 	ctx      context.Context
-	extra    config.LocalSettings
+	extra    Settings
 	defaults providers.SandboxDefaults
 }
 
 // newEnv configures a provider on a fresh state_dir. A state_dir below the
 // test's own temp dir proves that it need not be reachable by sandbox uids.
-func newEnv(t testing.TB, mod func(*config.LocalSettings)) *testEnv {
+func newEnv(t testing.TB, mod func(*Settings)) *testEnv {
 	t.Helper()
 	return newEnvDefaults(t, mod, nil)
 }
 
 // newEnvDefaults is newEnv with sandbox defaults changed by dmod.
-func newEnvDefaults(t testing.TB, mod func(*config.LocalSettings), dmod func(*providers.SandboxDefaults)) *testEnv {
+func newEnvDefaults(t testing.TB, mod func(*Settings), dmod func(*providers.SandboxDefaults)) *testEnv {
 	t.Helper()
 	requireBwrap(t)
 	// A uid range of its own, so that counting a sandbox's host processes
 	// by uid sees no other test's (or other program's) sandboxes.
-	ls := config.LocalSettings{StateDir: t.TempDir(), UIDRangeStart: 2_010_000_000 + rand.IntN(1_000_000)*64, UIDRangeSize: 64}
+	ls := DefaultSettings()
+	ls.StateDir, ls.UIDRangeStart, ls.UIDRangeSize = t.TempDir(), 2_010_000_000+rand.IntN(1_000_000)*64, 64
 	if mod != nil {
 		mod(&ls)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
 )
@@ -467,7 +466,7 @@ func (a *agent) sendEgress(conn net.Conn) {
 // newEgressProxy builds the proxy from the provider's settings: the DNS
 // servers it resolves with and the extra roots it verifies upstream TLS
 // against.
-func newEgressProxy(ls config.LocalSettings, log *slog.Logger) (*egress.Proxy, error) {
+func newEgressProxy(ls Settings, log *slog.Logger) (*egress.Proxy, error) {
 	bad := func(format string, args ...any) (*egress.Proxy, error) {
 		return nil, providers.Errorf(providers.InvalidArgument, "configure", "provider.local: "+format, args...)
 	}

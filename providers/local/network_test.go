@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testkit/testdns"
 	"github.com/sandstep/sandstep/internal/testkit/testhttp"
 	"github.com/sandstep/sandstep/providers"
@@ -45,7 +44,7 @@ type netEnv struct {
 	fixture *testhttp.Recorder
 }
 
-func newNetEnv(t *testing.T, mod func(*config.LocalSettings)) *netEnv {
+func newNetEnv(t *testing.T, mod func(*Settings)) *netEnv {
 	t.Helper()
 	fixture := testhttp.Start(t, testhttp.Options{})
 	dns := testdns.Start(t, map[string][]string{
@@ -57,7 +56,7 @@ func newNetEnv(t *testing.T, mod func(*config.LocalSettings)) *netEnv {
 		"other.test":   {"127.0.0.1"},
 		"example.com":  {"127.0.0.1"},
 	})
-	e := newEnvDefaults(t, func(ls *config.LocalSettings) {
+	e := newEnvDefaults(t, func(ls *Settings) {
 		ls.DNSServers = []string{dns.Addr()}
 		if mod != nil {
 			mod(ls)
@@ -283,7 +282,7 @@ func TestHostScopedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	const value = "sk-live-9f2c4e1a77b3d05e"
-	e := newNetEnv(t, func(ls *config.LocalSettings) { ls.UpstreamCAFiles = []string{caFile} })
+	e := newNetEnv(t, func(ls *Settings) { ls.UpstreamCAFiles = []string{caFile} })
 	e.p.mu.Lock()
 	e.p.defaults.AllowPrivate = []string{scoped.Addr(), other.Addr()}
 	e.p.mu.Unlock()

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -199,7 +198,7 @@ func TestSecurityForkBombContained(t *testing.T) {
 		t.Skip("needs root: the bomb's processes are counted by the sandbox's own host uid, which only root can give it")
 	}
 	const limit = 64
-	e := newEnv(t, func(ls *config.LocalSettings) { ls.MaxProcesses = limit })
+	e := newEnv(t, func(ls *Settings) { ls.MaxProcesses = limit })
 	sb := e.create(providers.CreateSpec{})
 	rec, _ := e.p.lookup(e.p.s, sb.ID)
 	uid := rec.rec.UID

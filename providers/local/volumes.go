@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -120,7 +119,7 @@ func (m volumeMeta) public(s settings, mountedAt string, inUse bool) providers.V
 
 // CreateVolume creates a volume, or returns the one with the same slug.
 // As root it is an image of spec.CapacityMB (volume_capacity_mb when 0, at
-// least config.MinVolumeCapacityMB).
+// least MinVolumeCapacityMB).
 func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {
 	const op = "create_volume"
 	s, err := p.ready()
@@ -137,7 +136,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 	case capMB == 0:
 		capMB = s.volumeCapacityMB
 	}
-	capMB = max(capMB, config.MinVolumeCapacityMB)
+	capMB = max(capMB, MinVolumeCapacityMB)
 	existing := func() (providers.Volume, bool) {
 		m, err := readVolumeMeta(s, spec.Slug)
 		if err != nil {

@@ -9,7 +9,8 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
-	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"
+	"github.com/sandstep/sandstep/providers/plugin/plugintest"
+	"github.com/sandstep/sandstep/providers/providertest"
 )
 
 func benchOptions() plugin.Options {
@@ -56,12 +57,18 @@ func benchGet(b *testing.B, p providers.Provider) {
 // BenchmarkCallInProcess and BenchmarkCallOverPlugin differ by the plugin
 // boundary only (budget: 200 us per call).
 func BenchmarkCallInProcess(b *testing.B) {
-	benchGet(b, testprovider.New())
+	benchGet(b, providertest.New())
 }
 
 func BenchmarkCallOverPlugin(b *testing.B) {
 	c := start(b, benchOptions())
 	benchGet(b, c)
+}
+
+// BenchmarkCallOverTestConn is the in-process harness (plugintest): the
+// same gRPC, no subprocess.
+func BenchmarkCallOverTestConn(b *testing.B) {
+	benchGet(b, plugintest.Connect(b, providertest.New()))
 }
 
 // BenchmarkExecOverPlugin is one short command through the Exec stream.

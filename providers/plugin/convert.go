@@ -59,6 +59,8 @@ func configToProto(c providers.Config) *pb.ConfigureRequest {
 	return &pb.ConfigureRequest{
 		SettingsJson: c.Settings,
 		Secrets:      c.Secrets,
+		BaseDir:      c.BaseDir,
+		DataDir:      c.DataDir,
 		Defaults: &pb.SandboxDefaults{
 			Lifetime:     durToProto(c.Defaults.Lifetime),
 			IdleTimeout:  durToProto(c.Defaults.IdleTimeout),
@@ -75,6 +77,8 @@ func configFromProto(r *pb.ConfigureRequest) providers.Config {
 	return providers.Config{
 		Settings: r.GetSettingsJson(),
 		Secrets:  r.GetSecrets(),
+		BaseDir:  r.GetBaseDir(),
+		DataDir:  r.GetDataDir(),
 		Defaults: providers.SandboxDefaults{
 			Lifetime:     durFromProto(d.GetLifetime()),
 			IdleTimeout:  durFromProto(d.GetIdleTimeout()),

@@ -36,11 +36,14 @@ type Options struct {
 	// taken from Path's file name.
 	Name string
 
-	// Settings, Secrets and Defaults are passed to Configure right after
-	// the plugin starts, and again after every restart.
+	// Settings, Secrets, Defaults, BaseDir and DataDir are passed to
+	// Configure (as providers.Config) right after the plugin starts, and
+	// again after every restart.
 	Settings []byte
 	Secrets  map[string]string
 	Defaults providers.SandboxDefaults
+	BaseDir  string
+	DataDir  string
 
 	// Logger receives the plugin's log lines and go-plugin's own, with a
 	// "provider" attribute. Nil means slog.Default().
@@ -141,7 +144,8 @@ func Start(ctx context.Context, opts Options) (*Client, error) {
 		logger:       logger.With("provider", name),
 		autoMTLS:     opts.AutoMTLS,
 		startTimeout: opts.StartTimeout,
-		cfg:          providers.Config{Settings: opts.Settings, Secrets: opts.Secrets, Defaults: opts.Defaults},
+		cfg: providers.Config{Settings: opts.Settings, Secrets: opts.Secrets, Defaults: opts.Defaults,
+			BaseDir: opts.BaseDir, DataDir: opts.DataDir},
 	}
 	if c.startTimeout <= 0 {
 		c.startTimeout = DefaultStartTimeout

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
-	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"
+	"github.com/sandstep/sandstep/providers/providertest"
 )
 
 // binDir holds the test plugins, built once by TestMain.
@@ -46,7 +47,7 @@ func run(m *testing.M) int {
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "./internal/testprovider/cmd/sandstep-provider-test", "./internal/testprovider/cmd/sandstep-provider-future")
+	args = append(args, "./internal/cmd/sandstep-provider-test", "./internal/cmd/sandstep-provider-future")
 	build := exec.Command("go", args...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
@@ -123,7 +124,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	if info.Name != "roundtrip" || info.Version != "0.0.0-test" || info.APIVersion != providers.APIVersion ||
 		!caps.Snapshots || !caps.Volumes || !caps.NamedSandboxes || !caps.ListByLabels || !caps.ExecStreaming ||
 		!caps.FileAPI || caps.PublicURL || !caps.HostScopedSecrets || caps.MaxLifetime != time.Hour || !caps.Supports(providers.NetworkAll) ||
-		caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" ||
+		!caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" ||
 		caps.Limits.Cgroups != "v1" || caps.Limits.Volumes != "ext4-image" || !caps.Limits.Enforces(providers.LimitMemory) ||
 		caps.Limits.Enforces(providers.LimitCPU) {
 		t.Fatalf("info = %+v", info)
@@ -284,7 +285,7 @@ func TestErrorCodesCrossTheBoundary(t *testing.T) {
 	c := start(t, testOptions(logs))
 	ctx := ctxFor(t)
 	id := newSandbox(t, c)
-	local := testprovider.New()
+	local := providertest.New()
 
 	for code := providers.Unknown; code <= providers.Internal; code++ {
 		for _, method := range []string{"Get", "Exec", "WriteFile", "ReadFile"} {
@@ -344,6 +345,30 @@ func TestBadSettingsFailStartWithInvalidArgument(t *testing.T) {
 	}
 	if providers.CodeOf(err) != providers.InvalidArgument || !strings.Contains(err.Error(), "nmae") {
 		t.Fatalf("Start: %v (code %s), want InvalidArgument naming the key", err, providers.CodeOf(err))
+	}
+}
+
+// A provider's settings problems cross the boundary one by one, so that the
+// host can point at each key's line; the message stays what the provider
+// said.
+func TestSettingsErrorCrossesTheBoundary(t *testing.T) {
+	c := start(t, testOptions(&testlog.Buffer{}))
+	bad := providers.Config{Settings: []byte(`{"nmae":"x","fail":{"Get":"Nope"}}`)}
+	err := c.Configure(ctxFor(t), bad)
+	want := providertest.New().Configure(ctxFor(t), bad)
+	var se *providers.SettingsError
+	if !errors.As(err, &se) {
+		t.Fatalf("Configure: %v, want a *providers.SettingsError", err)
+	}
+	var keys []string
+	for _, p := range se.Problems {
+		keys = append(keys, p.Key)
+	}
+	if !slices.Equal(keys, []string{"nmae"}) || providers.CodeOf(err) != providers.InvalidArgument {
+		t.Errorf("problems %+v (code %s), want nmae", se.Problems, providers.CodeOf(err))
+	}
+	if err.Error() != want.Error() {
+		t.Errorf("message %q, want the provider's %q", err.Error(), want.Error())
 	}
 }
 

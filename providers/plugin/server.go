@@ -50,6 +50,9 @@ func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (*pb.InfoResponse,
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// What an embedded Unsupported type refuses is not claimed, whatever
+	// Info says: the host plans by these.
+	info.Capabilities = providers.TruthfulCapabilities(s.impl, info.Capabilities)
 	return infoToProto(info), nil
 }
 

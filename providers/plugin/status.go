@@ -3,9 +3,12 @@ package plugin
 import (
 	"context"
 	"errors"
+	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/sandstep/sandstep/providers"
 	pb "github.com/sandstep/sandstep/providers/proto"
@@ -57,7 +60,18 @@ func toStatus(err error) error {
 	if !ok {
 		g = codes.Unknown
 	}
-	st, derr := status.New(g, err.Error()).WithDetails(detail)
+	details := []protoadapt.MessageV1{detail}
+	// Bad settings travel as the standard BadRequest detail, one violation
+	// per key, so that the host can point at each key's line.
+	var se *providers.SettingsError
+	if errors.As(err, &se) {
+		br := &errdetails.BadRequest{}
+		for _, p := range se.Problems {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: p.Key, Description: p.Message})
+		}
+		details = append(details, br)
+	}
+	st, derr := status.New(g, err.Error()).WithDetails(details...)
 	if derr != nil {
 		return status.Error(g, err.Error())
 	}
@@ -95,13 +109,34 @@ func fromStatus(ctx context.Context, op string, err error) error {
 	if !ok {
 		return &providers.Error{Code: providers.Unavailable, Op: op, Err: &transportError{err}}
 	}
+	var (
+		detail   *pb.Error
+		settings *providers.SettingsError
+	)
 	for _, d := range st.Details() {
-		if e, ok := d.(*pb.Error); ok {
-			if e.Op != "" {
-				op = e.Op
+		switch d := d.(type) {
+		case *pb.Error:
+			detail = d
+		case *errdetails.BadRequest:
+			settings = &providers.SettingsError{}
+			for _, v := range d.GetFieldViolations() {
+				settings.Problems = append(settings.Problems, providers.SettingProblem{Key: v.GetField(), Message: v.GetDescription()})
 			}
-			return &providers.Error{Code: providers.Code(e.Code), Op: op, Message: e.Message}
 		}
+	}
+	if detail != nil {
+		if detail.Op != "" {
+			op = detail.Op
+		}
+		pe := &providers.Error{Code: providers.Code(detail.Code), Op: op, Message: detail.Message}
+		if settings != nil {
+			// The message says what the settings error says; carrying the
+			// error instead keeps errors.As working on the host.
+			if m, ok := strings.CutSuffix(pe.Message, settings.Error()); ok {
+				pe.Message, pe.Err = strings.TrimSuffix(m, ": "), settings
+			}
+		}
+		return pe
 	}
 	// Our servers attach a detail to every error they return, so a bare
 	// Unavailable or Canceled comes from gRPC itself: the connection broke.

@@ -153,7 +153,13 @@ type ConfigureRequest struct {
 	// never log or echo them, nor put them in error messages.
 	Secrets map[string]string `protobuf:"bytes,2,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Defaults for every Create whose spec leaves a field unset.
-	Defaults      *SandboxDefaults `protobuf:"bytes,3,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	Defaults *SandboxDefaults `protobuf:"bytes,3,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	// The absolute folder that relative paths in settings_json are relative
+	// to: the folder of the host's config file.
+	BaseDir string `protobuf:"bytes,4,opt,name=base_dir,json=baseDir,proto3" json:"base_dir,omitempty"`
+	// An absolute folder that is the provider's own, for state its settings
+	// put nowhere else (the host's data folder, by provider name).
+	DataDir       string `protobuf:"bytes,5,opt,name=data_dir,json=dataDir,proto3" json:"data_dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +213,20 @@ func (x *ConfigureRequest) GetDefaults() *SandboxDefaults {
 		return x.Defaults
 	}
 	return nil
+}
+
+func (x *ConfigureRequest) GetBaseDir() string {
+	if x != nil {
+		return x.BaseDir
+	}
+	return ""
+}
+
+func (x *ConfigureRequest) GetDataDir() string {
+	if x != nil {
+		return x.DataDir
+	}
+	return ""
 }
 
 type ConfigureResponse struct {
@@ -3536,11 +3556,13 @@ var File_provider_proto protoreflect.FileDescriptor
 
 const file_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x0eprovider.proto\x12\x14sandstep.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x0eprovider.proto\x12\x14sandstep.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x02\n" +
 	"\x10ConfigureRequest\x12#\n" +
 	"\rsettings_json\x18\x01 \x01(\fR\fsettingsJson\x12M\n" +
 	"\asecrets\x18\x02 \x03(\v23.sandstep.provider.v1.ConfigureRequest.SecretsEntryR\asecrets\x12A\n" +
-	"\bdefaults\x18\x03 \x01(\v2%.sandstep.provider.v1.SandboxDefaultsR\bdefaults\x1a:\n" +
+	"\bdefaults\x18\x03 \x01(\v2%.sandstep.provider.v1.SandboxDefaultsR\bdefaults\x12\x19\n" +
+	"\bbase_dir\x18\x04 \x01(\tR\abaseDir\x12\x19\n" +
+	"\bdata_dir\x18\x05 \x01(\tR\adataDir\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x13\n" +

@@ -6,7 +6,10 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
+	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/conformance"
+	"github.com/sandstep/sandstep/providers/plugin/plugintest"
+	"github.com/sandstep/sandstep/providers/sandy"
 )
 
 // retryableFaults are the fake's transient failures, as many as the
@@ -42,5 +45,19 @@ func TestConformance(t *testing.T) {
 			t.Errorf("the fake never answered %d: the faults were not exercised", status)
 		}
 		t.Logf("%d answers of %d survived", n, status)
+	}
+}
+
+// TestConformanceCoreInProcess runs the core cases through the plugin
+// protocol inside the test process: no plugin binary, the same gRPC.
+func TestConformanceCoreInProcess(t *testing.T) {
+	f, _ := startFake(t, fakesandy.Options{})
+	p := plugintest.Connect(t, sandy.New())
+	if err := p.Configure(t.Context(), providers.Config{Settings: settingsFor(f.URL, nil), Secrets: map[string]string{"api_key": testKey}}); err != nil {
+		t.Fatal(err)
+	}
+	conformance.Run(t, p, conformance.Options{Core: true, CaseTimeout: 90 * time.Second})
+	if ids := f.Sandboxes(); len(ids) > 0 {
+		t.Errorf("sandboxes left alive on the fake: %v", ids)
 	}
 }

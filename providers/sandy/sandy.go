@@ -35,26 +35,30 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math"
 	"net/http"
-	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
 
 // Provider is the Sandy provider. It is safe for concurrent use.
+//
+// Sandy has no snapshots, no volumes, and no labels or list of sandboxes
+// (the host's ledger knows what exists): those groups are refused.
 type Provider struct {
+	providers.UnsupportedSnapshots
+	providers.UnsupportedVolumes
+	providers.UnsupportedList
+
 	log       *slog.Logger
 	transport *http.Transport
 
@@ -66,7 +70,7 @@ type Provider struct {
 
 // settings is one successful Configure.
 type settings struct {
-	s        config.SandySettings
+	s        Settings
 	defaults providers.SandboxDefaults
 	c        *client
 }
@@ -95,20 +99,21 @@ func New() *Provider {
 	}
 }
 
-// Configure decodes config.SandySettings over its defaults and takes the
-// API key from the secret "api_key". It does not call Sandy.
+// Configure decodes the settings (ParseSettings) and takes the API key
+// from the secret "api_key". It does not call Sandy.
 func (p *Provider) Configure(_ context.Context, cfg providers.Config) error {
 	const op = "configure"
-	s := config.DefaultSandySettings()
-	if err := config.Decode(cfg.Settings, &s); err != nil {
-		return providers.Errorf(providers.InvalidArgument, op, "settings: %v", err)
-	}
-	if err := check(&s); err != nil {
+	s, err := ParseSettings(cfg.Settings)
+	if err != nil {
 		return providers.Wrap(providers.InvalidArgument, op, err)
 	}
 	key := cfg.Secrets["api_key"]
 	if key == "" {
-		return providers.Errorf(providers.InvalidArgument, op, "the secret api_key is missing (set the environment variable that provider.sandy.api_key_env names)")
+		// The host resolves api_key_env into the secret api_key; without
+		// either, the problem is the missing key in the table.
+		var e providers.SettingsError
+		e.Add("api_key_env", "the API key is missing: name the environment variable that holds it (api_key_env = \"SANDY_API_KEY\") and set that variable")
+		return providers.Wrap(providers.InvalidArgument, op, &e)
 	}
 	c := &client{
 		base:       s.BaseURL,
@@ -123,46 +128,6 @@ func (p *Provider) Configure(_ context.Context, cfg providers.Config) error {
 	defer p.mu.Unlock()
 	p.cfg = &settings{s: s, defaults: cfg.Defaults, c: c}
 	return nil
-}
-
-// check validates settings that may not have come through config.Load.
-func check(s *config.SandySettings) error {
-	var errs []error
-	u, err := url.Parse(s.BaseURL)
-	switch {
-	case s.BaseURL == "":
-		errs = append(errs, errors.New("base_url is required"))
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.RawQuery != "":
-		errs = append(errs, errors.New("base_url must be an http or https URL with a host and no credentials or query"))
-	default:
-		s.BaseURL = strings.TrimRight(s.BaseURL, "/")
-	}
-	if s.Priority < 0 || s.Priority > 3 {
-		errs = append(errs, fmt.Errorf("priority must be 0 to 3, not %d", s.Priority))
-	}
-	for _, d := range []struct {
-		name string
-		v    config.Duration
-	}{{"request_timeout", s.RequestTimeout}, {"retry_base_delay", s.RetryBaseDelay}, {"create_timeout", s.CreateTimeout}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be longer than zero, not %s", d.name, d.v))
-		}
-	}
-	if s.MaxRetries < 0 || s.MaxRetries > 20 {
-		errs = append(errs, fmt.Errorf("max_retries must be from 0 to 20, not %d", s.MaxRetries))
-	}
-	if s.WarmupAttempts < 1 || s.WarmupAttempts > 20 {
-		errs = append(errs, fmt.Errorf("warmup_attempts must be from 1 to 20, not %d", s.WarmupAttempts))
-	}
-	for _, c := range []struct {
-		name string
-		v    int
-	}{{"read_chunk_bytes", s.ReadChunkBytes}, {"write_chunk_bytes", s.WriteChunkBytes}} {
-		if c.v < config.SandyMinChunkBytes || c.v > config.SandyMaxChunkBytes {
-			errs = append(errs, fmt.Errorf("%s must be from %d to %d, not %d", c.name, config.SandyMinChunkBytes, config.SandyMaxChunkBytes, c.v))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // Info describes the provider. Exec streaming is emulated by polling; the
@@ -429,12 +394,6 @@ func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error
 	return p.sandbox(info, rec, state), nil
 }
 
-// List is not possible: Sandy has no labels and no list of sandboxes. The
-// host's ledger knows what exists.
-func (p *Provider) List(context.Context, providers.ListFilter) ([]providers.Sandbox, error) {
-	return nil, providers.Errorf(providers.Unsupported, "list", "Sandy cannot list sandboxes by label")
-}
-
 // Terminate ends a sandbox; Sandy's 404 means it is gone already.
 func (p *Provider) Terminate(ctx context.Context, id string) error {
 	const op = "terminate"
@@ -459,38 +418,6 @@ func (p *Provider) terminate(ctx context.Context, cfg *settings, id string) erro
 	p.mu.Unlock()
 	p.log.Info("sandbox terminated", "id", id)
 	return nil
-}
-
-func unsupported(op, what string) error {
-	return providers.Errorf(providers.Unsupported, op, "Sandy has no %s", what)
-}
-
-func (p *Provider) EnsureSnapshot(context.Context, providers.SnapshotSpec) (providers.Snapshot, error) {
-	return providers.Snapshot{}, unsupported("ensure snapshot", "snapshots")
-}
-
-func (p *Provider) GetSnapshot(context.Context, string) (providers.Snapshot, error) {
-	return providers.Snapshot{}, unsupported("get snapshot", "snapshots")
-}
-
-func (p *Provider) DeleteSnapshot(context.Context, string) error {
-	return unsupported("delete snapshot", "snapshots")
-}
-
-func (p *Provider) CreateVolume(context.Context, providers.VolumeSpec) (providers.Volume, error) {
-	return providers.Volume{}, unsupported("create volume", "volumes")
-}
-
-func (p *Provider) GetVolume(context.Context, string) (providers.Volume, error) {
-	return providers.Volume{}, unsupported("get volume", "volumes")
-}
-
-func (p *Provider) DeleteVolume(context.Context, string) error {
-	return unsupported("delete volume", "volumes")
-}
-
-func (p *Provider) ListVolumes(context.Context, map[string]string) ([]providers.Volume, error) {
-	return nil, unsupported("list volumes", "volumes")
 }
 
 // envName is a variable name a POSIX shell can export. Names starting with

@@ -1,5 +1,6 @@
 // Package providerhost starts the provider plugin that config.toml names,
-// handing it only its own settings and secrets. The CLI, the local server and
+// handing it only its own settings table (which it checks itself) and
+// secrets. The CLI, the local server and
 // every Lambda open their provider through here, so they all start it the
 // same way.
 package providerhost
@@ -21,10 +22,6 @@ func Open(ctx context.Context, cfg *config.Config, name string, logger *slog.Log
 	if name == "" {
 		name = cfg.Provider.Name
 	}
-	settings, err := cfg.ProviderSettings(name)
-	if err != nil {
-		return nil, fmt.Errorf("provider %q: %w", name, err)
-	}
 	secrets, err := cfg.ProviderSecrets(name, os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("provider %q: %w", name, err)
@@ -32,14 +29,22 @@ func Open(ctx context.Context, cfg *config.Config, name string, logger *slog.Log
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return plugin.Start(ctx, plugin.Options{
+	p, err := plugin.Start(ctx, plugin.Options{
 		Path:     cfg.PluginPath(name),
 		Name:     name,
-		Settings: settings,
+		Settings: cfg.ProviderSettings(name),
 		Secrets:  secrets,
 		Defaults: cfg.SandboxDefaults(),
+		BaseDir:  cfg.Dir,
+		DataDir:  cfg.ProviderDataDir(name),
 		Logger:   logger,
 	})
+	if err != nil {
+		// The provider checks its own table; its problems name keys,
+		// which the config turns into lines of the file.
+		return nil, cfg.ProviderError(name, err)
+	}
+	return p, nil
 }
 
 // Lambda opens the configured provider in a Lambda's init: once per

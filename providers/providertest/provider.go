@@ -1,29 +1,39 @@
-// Package testprovider is an in-memory providers.Provider for testing the
-// plugin boundary: sandboxes are records, files are byte slices, and exec
-// runs a few built-in commands instead of programs, each chosen to exercise
-// one property of the protocol (streaming, stdin, cancellation, the
-// plugin's environment).
+// Package providertest is an in-memory providers.Provider for tests of code
+// that uses providers: sandboxes are records, files are byte slices, and
+// Exec runs a few built-in commands (or ones a test registers) instead of
+// programs. It passes the conformance suite's core cases, through the
+// plugin boundary too (see providers/plugin/plugintest), so code tested
+// against it sees what a real provider would answer.
 //
-// Exec commands (argv[0], or the first word of a shell line):
+// Every call is recorded (Calls, Count), and any method can be made to
+// fail (Fail, FailOnce), so a test can check what its code asked for and
+// how it copes with each error code.
 //
+// Built-in commands (argv[0], or the first word of a shell line):
+//
+//	true, false       exit 0, exit 1
 //	echo ARGS...      prints ARGS joined by spaces and a newline
 //	cat               copies stdin to stdout as it arrives
 //	stderr ARGS...    prints ARGS to stderr
 //	exit N            exits with status N
-//	environ           prints the plugin process's environment, one per line
+//	oom               ends as a command killed for memory
+//	environ           prints the provider process's environment, one per line
 //	secret NAME       prints the Configure secret NAME
-//	pid               prints the plugin process's id
+//	pid               prints the provider process's id
 //	log ARGS...       logs ARGS with slog's default logger
 //	block             prints "started", then waits for the exec's timeout
 //	                  (reported as timed out) or its cancellation
 //	wait-cancelled    blocks until a block command has seen its
 //	                  cancellation, then prints "cancelled"
 //
+// Anything else exits 127 with "command not found" unless Command
+// registered it.
+//
 // Settings (JSON): {"name": "...", "fail": {"Method": "Code"}} where Method
 // is an interface method name and Code a providers.Code name, or "plain"
-// for an error without a code. A failing method returns that error before
-// doing anything.
-package testprovider
+// for an error without a code: failures for a provider that runs as a
+// plugin subprocess, where a test cannot call Fail.
+package providertest
 
 import (
 	"bytes"
@@ -40,7 +50,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -50,9 +59,25 @@ type Settings struct {
 	Fail map[string]string `json:"fail"`
 }
 
+// Call is one recorded call: the method's name and what it was about (a
+// sandbox id, a name for Create, a slug, a path after the id, or "").
+type Call struct {
+	Method string
+	Target string
+}
+
+// CommandFunc runs a command a test registered with Command. argv is the
+// request's Argv, or its Shell line split into words; output goes to
+// req.Stdout and req.Stderr (never nil here).
+type CommandFunc func(ctx context.Context, sandboxID string, argv []string, req providers.ExecRequest) (providers.ExecResult, error)
+
 // Provider is the in-memory provider. The zero value is not usable; call New.
 type Provider struct {
 	mu        sync.Mutex
+	caps      providers.Capabilities
+	calls     []Call
+	injected  map[string]injection
+	commands  map[string]CommandFunc
 	settings  Settings
 	secrets   map[string]string
 	defaults  providers.SandboxDefaults
@@ -78,9 +103,31 @@ type file struct {
 
 var _ providers.Provider = (*Provider)(nil)
 
-// New returns an empty provider named "test".
+// injection is a failure set with Fail or FailOnce.
+type injection struct {
+	err  error
+	once bool
+}
+
+// New returns an empty provider named "test" that claims every capability
+// (SetCapabilities takes some away).
 func New() *Provider {
 	return &Provider{
+		caps: providers.Capabilities{
+			Snapshots:         true,
+			Volumes:           true,
+			NamedSandboxes:    true,
+			ListByLabels:      true,
+			ExecStreaming:     true,
+			FileAPI:           true,
+			HostScopedSecrets: true,
+			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
+			MaxLifetime:       time.Hour,
+			Regions:           []string{"local"},
+			Limits:            providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory}},
+		},
+		injected:  map[string]injection{},
+		commands:  map[string]CommandFunc{},
 		settings:  Settings{Name: "test"},
 		sandboxes: map[string]*sandbox{},
 		snapshots: map[string]providers.Snapshot{},
@@ -97,11 +144,72 @@ var codesByName = func() map[string]providers.Code {
 	return m
 }()
 
-// fail returns the configured error for method, if any.
-func (p *Provider) fail(method string) error {
+// SetCapabilities replaces what Info claims. Create refuses network modes
+// and lifetimes beyond them, as a real provider would.
+func (p *Provider) SetCapabilities(c providers.Capabilities) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.caps = c
+}
+
+// Fail makes every call of method (an interface method name, such as
+// "Create") return err until Fail(method, nil) clears it.
+func (p *Provider) Fail(method string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		delete(p.injected, method)
+		return
+	}
+	p.injected[method] = injection{err: err}
+}
+
+// FailOnce makes the next call of method return err.
+func (p *Provider) FailOnce(method string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.injected[method] = injection{err: err, once: true}
+}
+
+// Command registers fn as the command name, ahead of a built-in one.
+func (p *Provider) Command(name string, fn CommandFunc) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.commands[name] = fn
+}
+
+// Calls returns every call so far, in order.
+func (p *Provider) Calls() []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.calls)
+}
+
+// Count returns how many times method was called.
+func (p *Provider) Count(method string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.calls {
+		if c.Method == method {
+			n++
+		}
+	}
+	return n
+}
+
+// enter records a call and returns the failure injected for it, if any.
+func (p *Provider) enter(method, target string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls = append(p.calls, Call{Method: method, Target: target})
+	if in, ok := p.injected[method]; ok {
+		if in.once {
+			delete(p.injected, method)
+		}
+		return in.err
+	}
 	name, ok := p.settings.Fail[method]
-	p.mu.Unlock()
 	if !ok {
 		return nil
 	}
@@ -112,14 +220,21 @@ func (p *Provider) fail(method string) error {
 }
 
 func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
-	s := Settings{Name: "test"}
-	if err := config.Decode(cfg.Settings, &s); err != nil {
-		return providers.Errorf(providers.InvalidArgument, "configure", "settings: %v", err)
+	if err := p.enter("Configure", ""); err != nil {
+		return err
 	}
-	for m, c := range s.Fail {
-		if _, ok := codesByName[c]; !ok && c != "plain" {
-			return providers.Errorf(providers.InvalidArgument, "configure", "fail.%s: unknown code %q", m, c)
+	s := Settings{Name: "test"}
+	if err := providers.DecodeSettings(cfg.Settings, &s); err != nil {
+		return providers.Wrap(providers.InvalidArgument, "configure", err)
+	}
+	var bad providers.SettingsError
+	for _, m := range slices.Sorted(maps.Keys(s.Fail)) {
+		if _, ok := codesByName[s.Fail[m]]; !ok && s.Fail[m] != "plain" {
+			bad.Add("fail."+m, "unknown code %q", s.Fail[m])
 		}
+	}
+	if err := bad.Err(); err != nil {
+		return providers.Wrap(providers.InvalidArgument, "configure", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -128,38 +243,29 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 }
 
 func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
-	if err := p.fail("Info"); err != nil {
+	if err := p.enter("Info", ""); err != nil {
 		return providers.Info{}, err
 	}
 	p.mu.Lock()
-	name := p.settings.Name
-	p.mu.Unlock()
-	return providers.Info{
-		Name:       name,
-		Version:    "0.0.0-test",
-		APIVersion: providers.APIVersion,
-		Capabilities: providers.Capabilities{
-			Snapshots:         true,
-			Volumes:           true,
-			NamedSandboxes:    true,
-			ListByLabels:      true,
-			ExecStreaming:     true,
-			FileAPI:           true,
-			HostScopedSecrets: true,
-			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
-			MaxLifetime:       time.Hour,
-			Regions:           []string{"local"},
-			Limits:            providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory}},
-		},
-	}, nil
+	defer p.mu.Unlock()
+	return providers.Info{Name: p.settings.Name, Version: "0.0.0-test", APIVersion: providers.APIVersion, Capabilities: p.caps}, nil
 }
 
 func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (providers.Sandbox, error) {
-	if err := p.fail("Create"); err != nil {
+	if err := p.enter("Create", spec.Name); err != nil {
 		return providers.Sandbox{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	switch mode := spec.Network.Mode; {
+	case mode != "" && mode != providers.NetworkNone && mode != providers.NetworkAll && mode != providers.NetworkAllowlist:
+		return providers.Sandbox{}, providers.Errorf(providers.InvalidArgument, "create", "unknown network mode %q", mode)
+	case mode != "" && !p.caps.Supports(mode):
+		return providers.Sandbox{}, providers.Errorf(providers.Unsupported, "create", "network mode %q is not supported", mode)
+	}
+	if m := p.caps.MaxLifetime; m > 0 && spec.Lifetime > m {
+		return providers.Sandbox{}, providers.Errorf(providers.InvalidArgument, "create", "lifetime %s is above the maximum %s", spec.Lifetime, m)
+	}
 	if spec.Name != "" {
 		for _, sb := range p.sandboxes {
 			if sb.info.Name == spec.Name {
@@ -210,7 +316,7 @@ func (p *Provider) sandbox(op, id string) (*sandbox, error) {
 }
 
 func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error) {
-	if err := p.fail("Get"); err != nil {
+	if err := p.enter("Get", id); err != nil {
 		return providers.Sandbox{}, err
 	}
 	p.mu.Lock()
@@ -232,7 +338,7 @@ func hasLabels(have, want map[string]string) bool {
 }
 
 func (p *Provider) List(ctx context.Context, f providers.ListFilter) ([]providers.Sandbox, error) {
-	if err := p.fail("List"); err != nil {
+	if err := p.enter("List", f.Name); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
@@ -248,7 +354,7 @@ func (p *Provider) List(ctx context.Context, f providers.ListFilter) ([]provider
 }
 
 func (p *Provider) Terminate(ctx context.Context, id string) error {
-	if err := p.fail("Terminate"); err != nil {
+	if err := p.enter("Terminate", id); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -258,7 +364,7 @@ func (p *Provider) Terminate(ctx context.Context, id string) error {
 }
 
 func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecRequest) (providers.ExecResult, error) {
-	if err := p.fail("Exec"); err != nil {
+	if err := p.enter("Exec", id); err != nil {
 		return providers.ExecResult{}, err
 	}
 	argv := req.Argv
@@ -275,6 +381,7 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 		timeout = p.defaults.ExecTimeout
 	}
 	secrets := p.secrets
+	command := p.commands[argv[0]]
 	p.mu.Unlock()
 	if err != nil {
 		return providers.ExecResult{}, err
@@ -284,8 +391,15 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 	}
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
 	start := time.Now()
+	if command != nil {
+		req.Stdout, req.Stderr = stdout, stderr
+		return command(ctx, id, argv, req)
+	}
 	res := providers.ExecResult{}
 	switch argv[0] {
+	case "true":
+	case "false":
+		res.ExitCode = 1
 	case "echo":
 		_, err = fmt.Fprintln(stdout, strings.Join(argv[1:], " "))
 	case "stderr":
@@ -352,9 +466,22 @@ func orDiscard(w io.Writer) io.Writer {
 	return w
 }
 
+// checkPath refuses a path that is not absolute or that climbs with "..":
+// one that would walk out of place is refused, never resolved.
 func checkPath(op, p string) error {
 	if !path.IsAbs(p) {
 		return providers.Errorf(providers.InvalidArgument, op, "path %q is not absolute", p)
+	}
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return providers.Errorf(providers.InvalidArgument, op, "path %q climbs with ..", p)
+	}
+	return nil
+}
+
+// checkSlug refuses a slug that could not be a file name.
+func checkSlug(op, slug string) error {
+	if slug == "" || slug == "." || slug == ".." || strings.ContainsAny(slug, "/\\\x00") {
+		return providers.Errorf(providers.InvalidArgument, op, "slug %q is not a name", slug)
 	}
 	return nil
 }
@@ -373,13 +500,13 @@ func isDir(sb *sandbox, dir string) bool {
 }
 
 func (p *Provider) WriteFile(ctx context.Context, id string, f providers.WriteFileRequest) error {
-	if err := p.fail("WriteFile"); err != nil {
+	if err := p.enter("WriteFile", id+" "+f.Path); err != nil {
+		return err
+	}
+	if err := checkPath("write file", f.Path); err != nil {
 		return err
 	}
 	name := path.Clean(f.Path)
-	if err := checkPath("write file", name); err != nil {
-		return err
-	}
 	var data []byte
 	if f.Content != nil {
 		var err error
@@ -406,13 +533,13 @@ func (p *Provider) WriteFile(ctx context.Context, id string, f providers.WriteFi
 }
 
 func (p *Provider) ReadFile(ctx context.Context, id string, f providers.ReadFileRequest, w io.Writer) (int64, error) {
-	if err := p.fail("ReadFile"); err != nil {
+	if err := p.enter("ReadFile", id+" "+f.Path); err != nil {
+		return 0, err
+	}
+	if err := checkPath("read file", f.Path); err != nil {
 		return 0, err
 	}
 	name := path.Clean(f.Path)
-	if err := checkPath("read file", name); err != nil {
-		return 0, err
-	}
 	if f.Offset < 0 {
 		return 0, providers.Errorf(providers.InvalidArgument, "read file", "negative offset %d", f.Offset)
 	}
@@ -444,13 +571,13 @@ func (p *Provider) ReadFile(ctx context.Context, id string, f providers.ReadFile
 }
 
 func (p *Provider) ListFiles(ctx context.Context, id, dir string) ([]providers.FileInfo, error) {
-	if err := p.fail("ListFiles"); err != nil {
+	if err := p.enter("ListFiles", id+" "+dir); err != nil {
 		return nil, err
 	}
-	dir = path.Clean(dir)
 	if err := checkPath("list files", dir); err != nil {
 		return nil, err
 	}
+	dir = path.Clean(dir)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	sb, err := p.sandbox("list files", id)
@@ -482,11 +609,11 @@ func (p *Provider) ListFiles(ctx context.Context, id, dir string) ([]providers.F
 }
 
 func (p *Provider) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSpec) (providers.Snapshot, error) {
-	if err := p.fail("EnsureSnapshot"); err != nil {
+	if err := p.enter("EnsureSnapshot", spec.Slug); err != nil {
 		return providers.Snapshot{}, err
 	}
-	if spec.Slug == "" {
-		return providers.Snapshot{}, providers.Errorf(providers.InvalidArgument, "ensure snapshot", "empty slug")
+	if err := checkSlug("ensure snapshot", spec.Slug); err != nil {
+		return providers.Snapshot{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -499,7 +626,7 @@ func (p *Provider) EnsureSnapshot(ctx context.Context, spec providers.SnapshotSp
 }
 
 func (p *Provider) GetSnapshot(ctx context.Context, slug string) (providers.Snapshot, error) {
-	if err := p.fail("GetSnapshot"); err != nil {
+	if err := p.enter("GetSnapshot", slug); err != nil {
 		return providers.Snapshot{}, err
 	}
 	p.mu.Lock()
@@ -512,7 +639,7 @@ func (p *Provider) GetSnapshot(ctx context.Context, slug string) (providers.Snap
 }
 
 func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
-	if err := p.fail("DeleteSnapshot"); err != nil {
+	if err := p.enter("DeleteSnapshot", slug); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -522,11 +649,11 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 }
 
 func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {
-	if err := p.fail("CreateVolume"); err != nil {
+	if err := p.enter("CreateVolume", spec.Slug); err != nil {
 		return providers.Volume{}, err
 	}
-	if spec.Slug == "" {
-		return providers.Volume{}, providers.Errorf(providers.InvalidArgument, "create volume", "empty slug")
+	if err := checkSlug("create volume", spec.Slug); err != nil {
+		return providers.Volume{}, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -539,7 +666,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 }
 
 func (p *Provider) GetVolume(ctx context.Context, slug string) (providers.Volume, error) {
-	if err := p.fail("GetVolume"); err != nil {
+	if err := p.enter("GetVolume", slug); err != nil {
 		return providers.Volume{}, err
 	}
 	p.mu.Lock()
@@ -552,7 +679,7 @@ func (p *Provider) GetVolume(ctx context.Context, slug string) (providers.Volume
 }
 
 func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
-	if err := p.fail("DeleteVolume"); err != nil {
+	if err := p.enter("DeleteVolume", slug); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -569,7 +696,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 }
 
 func (p *Provider) ListVolumes(ctx context.Context, labels map[string]string) ([]providers.Volume, error) {
-	if err := p.fail("ListVolumes"); err != nil {
+	if err := p.enter("ListVolumes", ""); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()

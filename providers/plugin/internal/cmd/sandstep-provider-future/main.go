@@ -8,14 +8,14 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
-	"github.com/sandstep/sandstep/providers/plugin/internal/testprovider"
+	"github.com/sandstep/sandstep/providers/providertest"
 )
 
 func main() {
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: plugin.Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{
-			providers.APIVersion + 1: {plugin.PluginName: &plugin.GRPCPlugin{Impl: testprovider.New()}},
+			providers.APIVersion + 1: {plugin.PluginName: &plugin.GRPCPlugin{Impl: providertest.New()}},
 		},
 		GRPCServer: goplugin.DefaultGRPCServer,
 	})
