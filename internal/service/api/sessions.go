@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -50,13 +51,13 @@ func (s *server) sessionPath(r *http.Request) (sid, run string, err error) {
 	}
 	segs := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
 	sid = segs[2]
-	if !sessions.ValidID(sid) {
-		return "", "", invalid("session_id", "the session id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", sid, sessions.MaxIDLen)
+	if !ids.Valid(sid) {
+		return "", "", invalid("session_id", "the session id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", sid, ids.MaxLen)
 	}
 	if len(segs) == 5 {
 		run = segs[4]
-		if !sessions.ValidID(run) {
-			return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, sessions.MaxIDLen)
+		if !ids.Valid(run) {
+			return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, ids.MaxLen)
 		}
 	}
 	return sid, run, nil

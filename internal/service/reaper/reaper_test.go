@@ -25,6 +25,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/providers"
@@ -51,6 +52,7 @@ func run(m *testing.M) int {
 type env struct {
 	st   *store.Store
 	prov providers.Provider
+	log  *slog.Logger
 	r    *reaper.Reaper
 }
 
@@ -75,7 +77,11 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { p.Close() })
 	st := store.New(db.Client, db.Prefix)
-	return &env{st: st, prov: p, r: &reaper.Reaper{Store: st, Provider: p, ProviderName: "local", Logger: log}}
+	return &env{st: st, prov: p, log: log, r: &reaper.Reaper{Store: st, Sandboxes: managerOf(st, p, log), Logger: log}}
+}
+
+func managerOf(st *store.Store, p providers.Provider, log *slog.Logger) *sandboxes.Manager {
+	return sandboxes.New(sandboxes.Options{Store: st, Provider: p, ProviderName: "local", Logger: log})
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -230,7 +236,7 @@ func TestPassWithoutListingAsksPerEntry(t *testing.T) {
 	if err := e.prov.Terminate(ctx, gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.r.Provider = noList{e.prov}
+	e.r.Sandboxes = managerOf(e.st, noList{e.prov}, e.log)
 	c, err := e.r.Pass(ctx)
 	if err != nil {
 		t.Fatal(err)
