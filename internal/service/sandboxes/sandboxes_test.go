@@ -308,6 +308,45 @@ func TestAcquireReleasedDuringCreate(t *testing.T) {
 	}
 }
 
+// A create refused with FailedPrecondition (the owner's volume is still
+// mounted by a stray) is retried once after Unblock, even when Unblock
+// released the owner's sandboxes, the new entry included.
+func TestAcquireUnblockThenRetry(t *testing.T) {
+	e := newEnv(t)
+	owner := sandboxes.SessionOwner("s-busy", "acme")
+	refused := false
+	e.prov.before = func(spec providers.CreateSpec) error {
+		if !refused {
+			refused = true
+			return providers.Errorf(providers.FailedPrecondition, "create", "volume ws-1 is mounted by another sandbox")
+		}
+		return nil
+	}
+	unblocked := 0
+	lease, err := e.m.Acquire(ctxFor(t), sandboxes.Request{
+		Owner: owner,
+		Spec:  spec("ss-busy", time.Minute),
+		Unblock: func(ctx context.Context) error {
+			unblocked++
+			_, err := e.m.ReleaseOwner(ctx, owner, "stray")
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatalf("acquire = %v", err)
+	}
+	t.Cleanup(func() { _ = e.prov.Provider.Terminate(context.Background(), lease.Sandbox.ID) })
+	if unblocked != 1 || e.prov.creates != 2 {
+		t.Fatalf("%d unblocks, %d creates; want 1 and 2", unblocked, e.prov.creates)
+	}
+	if got := e.entry(t, "ss-busy"); got.State != store.LedgerRunning || got.ProviderID != lease.Sandbox.ID {
+		t.Fatalf("entry after the retried create = %+v", got)
+	}
+	if !e.alive(t, lease.Sandbox.ID) {
+		t.Fatal("the sandbox of the retried create does not run")
+	}
+}
+
 // Release ends one sandbox and closes its entry; releasing it again, or a
 // sandbox the ledger never knew, is a no-op; by provider id alone it finds
 // the owner's entry; another owner's sandbox is refused.
