@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -104,7 +105,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	}
 	sb, err := m.create(ctx, req)
 	if err != nil {
-		m.endLostCreate(ctx, spec.Name, err)
+		m.endLostCreate(ctx, spec, err)
 		if _, cerr := m.st.LedgerClose(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a failed create", "name", spec.Name, "err", cerr)
 		}
@@ -158,7 +159,8 @@ func (m *Manager) create(ctx context.Context, req Request) (providers.Sandbox, e
 // is terminated before its ledger entry closes. Elsewhere (Sandy has no
 // names and no listing) it cannot be found, and it ends at the lifetime it
 // was created with.
-func (m *Manager) endLostCreate(ctx context.Context, name string, cause error) {
+func (m *Manager) endLostCreate(ctx context.Context, spec providers.CreateSpec, cause error) {
+	name := spec.Name
 	switch providers.CodeOf(cause) {
 	case providers.Unavailable, providers.DeadlineExceeded, providers.Internal:
 	default:
@@ -172,6 +174,18 @@ func (m *Manager) endLostCreate(ctx context.Context, name string, cause error) {
 			m.log.Error("terminate the sandbox of a create whose answer was lost", "sandbox_id", sb.ID, "err", terr)
 		}
 	case providers.IsUnsupported(err):
-		m.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", cause)
+		m.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", scrub(cause, spec))
 	}
+}
+
+// scrub is err's message without the values of the spec's secrets, which a
+// provider's error might echo: logs never hold them.
+func scrub(err error, spec providers.CreateSpec) string {
+	msg := err.Error()
+	for _, sec := range spec.Secrets {
+		if sec.Value != "" {
+			msg = strings.ReplaceAll(msg, sec.Value, "[redacted:"+sec.Name+"]")
+		}
+	}
+	return msg
 }

@@ -246,7 +246,14 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	s.remember(sb.ID, sandboxInfo{name: name, expiresAt: sb.ExpiresAt})
 	got, err := s.st.SetSessionSandbox(ctx, key, sess.Version, sb.ID)
 	if err != nil {
-		s.terminate(ctx, key, sb.ID, "session changed")
+		// Never handed out: it goes without a sandbox.closed event, as
+		// it had no sandbox.started.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancel()
+		if rerr := s.sbx.Release(rctx, req.Owner, sandboxes.Ref{Name: name, ID: sb.ID}, "session changed"); rerr != nil {
+			s.log.Error("terminating a sandbox that could not be used", "sandbox_id", sb.ID, "err", s.redact.Error(rerr))
+		}
+		s.forget(sb.ID)
 		return "", s.unavailable(err)
 	}
 	*sess = got
