@@ -109,10 +109,6 @@ func New(o Options) *Manager {
 	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now}
 }
 
-// Provider is the provider the sandboxes run on, for what happens inside
-// them (exec, files, volumes); their lifecycle goes through the Manager.
-func (m *Manager) Provider() providers.Provider { return m.prov }
-
 // Find returns the ledger entry of the sandbox named name; store.ErrNotFound
 // when the ledger never knew it.
 func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, error) {
