@@ -9,9 +9,10 @@
 // deletion can therefore never both win, whatever the timing; nothing here
 // checks a state and then acts on it.
 //
-// Every sandbox is written to the ledger before it is created and closed
-// after it is terminated, like a job's. Its name is new for each sandbox, so
-// a ledger entry always stands for exactly one sandbox.
+// Every sandbox is acquired and released through package sandboxes, which
+// writes it to the ledger before it is created and closes it after it is
+// terminated, as for a job. Its name is new for each sandbox, so a ledger
+// entry always stands for exactly one sandbox.
 //
 // Secrets of the dependencies are given to every session sandbox. One with
 // hosts, on a provider with host-scoped secrets, is a placeholder in the
