@@ -46,12 +46,6 @@ func (c Code) String() string {
 	return fmt.Sprintf("Code(%d)", int(c))
 }
 
-// Retryable reports whether a call that failed with this code may succeed if
-// repeated later with backoff.
-func (c Code) Retryable() bool {
-	return c == Unavailable || c == ResourceExhausted
-}
-
 // Error is a provider error with a code. Op names the failed operation
 // ("create", "exec", ...).
 type Error struct {

@@ -21,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -189,12 +190,13 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer prov.Close()
-	svc, err := sessions.New(sessions.Options{Config: cfg, Store: st, DB: ddb.Client(), Provider: prov, Logger: log})
+	svc, err := sessions.New(sessions.Options{Config: cfg, Store: st, Provider: prov, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer svc.Shutdown(context.WithoutCancel(ctx))
-	r := &reaper.Reaper{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Sessions: svc, Logger: log}
+	sbx := sandboxes.New(sandboxes.Options{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Logger: log})
+	r := &reaper.Reaper{Store: st, Sandboxes: sbx, Sessions: svc, Logger: log}
 	counts, passErr := r.Pass(ctx)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)

@@ -53,7 +53,7 @@ sync_wait = "1s"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	stack, err := localstack.Start(ctx, localstack.Options{
-		Config: cfg, Template: "../../template.yaml", Store: store.New(db.Client, db.Prefix), DB: db.Client,
+		Config: cfg, Template: "../../template.yaml", Store: store.New(db.Client, db.Prefix),
 		DevToken: devToken, ReaperInterval: -1, Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

@@ -34,10 +34,9 @@ func main() {
 		os.Exit(1)
 	}
 	r := &reaper.Reaper{
-		Store:        a.Store,
-		Provider:     prov,
-		ProviderName: a.Config.Provider.Name,
-		Sessions:     svc,
+		Store:     a.Store,
+		Sandboxes: a.Sandboxes(prov),
+		Sessions:  svc,
 		Executions: reaper.StepFunctions{SF: &engine.StepFunctions{
 			Client:          sfn.NewFromConfig(awsCfg),
 			StateMachineARN: os.Getenv(app.EnvStateMachineARN),

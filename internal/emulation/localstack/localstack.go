@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
@@ -48,11 +46,7 @@ type Options struct {
 	// Store, when set, is used as is (tests pass one on a shared DynamoDB
 	// Local). Otherwise DynamoDB Local is started with its data kept under
 	// DataDir/dynamodb and the tables are created if missing.
-	Store *store.Store
-	// DB is the client Store was made with; the sessions keep their runs
-	// and events in its sessions table. Required with Store when
-	// [sessions] is enabled.
-	DB      *dynamodb.Client
+	Store   *store.Store
 	DataDir string
 	// TablePrefix for a started DynamoDB Local; default "sandstep-local-".
 	TablePrefix string
@@ -76,7 +70,8 @@ type Stack struct {
 	Provider *plugin.Client
 	Engine   *engine.Local
 	Handler  http.Handler
-	// Sessions is nil when [sessions] is off and no DB was given.
+	// Sessions serves the session routes when [sessions] is on; off, it
+	// still lets the reaper judge sandboxes sessions left.
 	Sessions *sessions.Service
 	Reaper   *reaper.Reaper
 	ddb      *ddblocal.Instance
@@ -115,7 +110,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			s.Shutdown(context.WithoutCancel(ctx))
 		}
 	}()
-	st, db := opts.Store, opts.DB
+	st := opts.Store
 	if st == nil {
 		dataDir := opts.DataDir
 		if dataDir == "" {
@@ -134,7 +129,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 		// Where to look at the tables with any DynamoDB client.
 		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
-		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
+		st = store.New(s.ddb.Client(), prefix)
 	}
 	if s.App, err = app.New(cfg, st, log); err != nil {
 		return nil, err
@@ -182,7 +177,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startSessions(ctx, opts, st, db); err != nil {
+	if err := s.startSessions(ctx, opts, st); err != nil {
 		return nil, err
 	}
 	s.recover(ctx, started)
@@ -203,24 +198,19 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 // startSessions wires the run_code sessions and the cleanup: the
 // dependency snapshot starts building now, and the reaper runs every
 // reaper_interval.
-func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store, db *dynamodb.Client) error {
+func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store) error {
 	cfg := opts.Config
-	if cfg.Sessions.Enabled && db == nil {
-		return errors.New("localstack: [sessions] is enabled, so Options.DB must be the DynamoDB client of Options.Store")
+	var err error
+	s.Sessions, err = sessions.New(sessions.Options{Config: cfg, Store: st, Provider: s.Provider, Logger: s.log})
+	if err != nil {
+		return err
 	}
-	if db != nil {
-		var err error
-		s.Sessions, err = sessions.New(sessions.Options{Config: cfg, Store: st, DB: db, Provider: s.Provider, Logger: s.log})
-		if err != nil {
+	if cfg.Sessions.Enabled {
+		if err := s.Sessions.StartSnapshot(ctx); err != nil {
 			return err
 		}
-		if cfg.Sessions.Enabled {
-			if err := s.Sessions.StartSnapshot(ctx); err != nil {
-				return err
-			}
-		}
 	}
-	s.Reaper = &reaper.Reaper{Store: st, Provider: s.Provider, ProviderName: cfg.Provider.Name, Sessions: s.Sessions,
+	s.Reaper = &reaper.Reaper{Store: st, Sandboxes: s.App.Phases.Sandboxes, Sessions: s.Sessions,
 		Executions: s.Engine, CancelGrace: opts.CancelGrace, Logger: s.log}
 	return nil
 }
@@ -321,22 +311,6 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 
 // terminateLive is the backstop for sandboxes no cleanup reached.
 func (s *Stack) terminateLive(ctx context.Context) error {
-	live, err := s.App.Store.LedgerListLive(ctx, time.Now().Add(100*365*24*time.Hour), 1000)
-	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	var errs []error
-	for _, e := range live {
-		if e.ProviderID != "" {
-			if err := s.Provider.Terminate(ctx, e.ProviderID); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-		}
-		if _, err := s.App.Store.LedgerClose(ctx, e.Name, "shutdown"); err != nil {
-			errs = append(errs, err)
-		}
-		s.log.Info("terminated sandbox at shutdown", "sandbox_id", e.ProviderID, "name", e.Name)
-	}
-	return errors.Join(errs...)
+	_, err := s.App.Phases.Sandboxes.ReleaseAll(ctx, "shutdown")
+	return err
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -55,11 +56,11 @@ func (s *server) sessionPath(r *http.Request) (sid, run string, err error) {
 		return "", "", err
 	}
 	sid = r.PathValue("sid")
-	if !sessions.ValidID(sid) {
-		return "", "", invalid("session_id", "the session id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", sid, sessions.MaxIDLen)
+	if !ids.Valid(sid) {
+		return "", "", invalid("session_id", "the session id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", sid, ids.MaxLen)
 	}
-	if run = r.PathValue("run"); run != "" && !sessions.ValidID(run) {
-		return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, sessions.MaxIDLen)
+	if run = r.PathValue("run"); run != "" && !ids.Valid(run) {
+		return "", "", invalid("run_id", "the run id %q must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", run, ids.MaxLen)
 	}
 	return sid, run, nil
 }

@@ -25,7 +25,7 @@ func newSessionsEnv(t testing.TB, table string, adjust ...func(*api.Options)) *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := sessions.New(sessions.Options{Config: cfg, Store: st, DB: dbenv.Client})
+	svc, err := sessions.New(sessions.Options{Config: cfg, Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

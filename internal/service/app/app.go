@@ -18,6 +18,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/search"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
@@ -68,7 +69,6 @@ func New(cfg *config.Config, st *store.Store, logger *slog.Logger) (*App, error)
 		Logger: logger,
 		Phases: &research.Phases{
 			Store:         st,
-			ProviderName:  cfg.Provider.Name,
 			Config:        cfg,
 			Logger:        logger,
 			Search:        backends,
@@ -78,8 +78,18 @@ func New(cfg *config.Config, st *store.Store, logger *slog.Logger) (*App, error)
 	}, nil
 }
 
-// UseProvider gives the phases their sandbox provider.
-func (a *App) UseProvider(p providers.Provider) { a.Phases.Provider = p }
+// UseProvider gives the phases their sandbox provider, and the owner of
+// its sandboxes' lifecycle over it.
+func (a *App) UseProvider(p providers.Provider) {
+	a.Phases.Provider = p
+	a.Phases.Sandboxes = a.Sandboxes(p)
+}
+
+// Sandboxes returns the owner of the sandbox lifecycle over p, for this
+// App's store and configured provider.
+func (a *App) Sandboxes(p providers.Provider) *sandboxes.Manager {
+	return sandboxes.New(sandboxes.Options{Store: a.Store, Provider: p, ProviderName: a.Config.Provider.Name, Logger: a.Logger})
+}
 
 // FromLambdaEnv assembles the App inside a Lambda: config.toml shipped with
 // the function, plugins from the providers layer (SANDSTEP_PLUGIN_DIR), tables

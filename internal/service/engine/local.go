@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -297,18 +296,4 @@ func (l *Local) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("shutdown: %d executions still ending: %w", len(running), ctx.Err())
 	}
-}
-
-// SubstitutionTargets turns template DefinitionSubstitutions values of the
-// form "XFunction.Arn" (from !GetAtt) into logical ids.
-func SubstitutionTargets(subs map[string]string) (map[string]string, error) {
-	out := make(map[string]string, len(subs))
-	for ph, v := range subs {
-		id, ok := strings.CutSuffix(v, ".Arn")
-		if !ok || id == "" {
-			return nil, fmt.Errorf("substitution %s = %q: the local engine maps only !GetAtt <Function>.Arn", ph, v)
-		}
-		out[ph] = id
-	}
-	return out, nil
 }

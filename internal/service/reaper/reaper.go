@@ -16,12 +16,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
-	"github.com/sandstep/sandstep/providers"
 )
 
 // Executions are the running deep-research executions, where the reaper
@@ -33,11 +32,11 @@ type Executions interface {
 	Stop(ctx context.Context, jobID, cause string) error
 }
 
-// Reaper runs cleanup passes. Store and Provider are required.
+// Reaper runs cleanup passes. Store and Sandboxes are required.
 type Reaper struct {
-	Store        *store.Store
-	Provider     providers.Provider
-	ProviderName string
+	Store *store.Store
+	// Sandboxes reconciles the ledger with the provider.
+	Sandboxes *sandboxes.Manager
 	// Sessions, when set, has its expired and idle sessions cleaned.
 	Sessions *sessions.Service
 	// Executions, when set, has executions of jobs cancelled more than
@@ -203,58 +202,31 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	return c, err
 }
 
-// sandboxes reaps the ledger and the provider's sandboxes. running, set in
-// a startup pass, names the jobs whose executions run: any other job's
-// sandbox is claimed by nothing.
+// sandboxes reconciles the ledger with the provider. running, set in a
+// startup pass, names the jobs whose executions run: any other job's
+// sandbox is claimed by nothing, and its job is ended before the sandbox
+// goes.
 func (r *Reaper) sandboxes(ctx context.Context, now time.Time, running map[string]bool, c *Counts) error {
-	// The ledger is read before the provider is asked: an entry listed
-	// here was written before its create, so its sandbox, if alive, is in
-	// the provider's answer below.
-	live, err := r.Store.LedgerListLive(ctx, now.AddDate(100, 0, 0), 0)
-	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	info, err := r.Provider.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("provider: %w", err)
-	}
 	var errs []error
-	keep := live[:0]
-	for _, e := range live {
-		if e.Provider != "" && r.ProviderName != "" && e.Provider != r.ProviderName {
-			// Another provider's sandbox (the configuration changed): this
-			// one can neither see nor stop it.
-			continue
-		}
-		reason, err := r.unneeded(ctx, now, e, running)
-		if err != nil {
-			errs = append(errs, err)
-			keep = append(keep, e)
-			continue
-		}
-		if reason == "" {
-			keep = append(keep, e)
-			continue
-		}
-		if reason == reasonNotRunning {
-			if err := r.endJob(ctx, e); err != nil {
-				errs = append(errs, err)
-			} else {
-				c.JobsEnded++
+	got, err := r.Sandboxes.Reconcile(ctx, sandboxes.ReconcileOptions{
+		Now:         now,
+		CreateGrace: r.CreateGrace,
+		Unneeded: func(ctx context.Context, e store.LedgerEntry) (string, error) {
+			reason, err := r.unneeded(ctx, e, running)
+			if reason == reasonNotRunning {
+				if err := r.endJob(ctx, e); err != nil {
+					errs = append(errs, err)
+				} else {
+					c.JobsEnded++
+				}
 			}
-		}
-		if err := r.reap(ctx, e, reason); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.LedgerReaped++
-	}
-	if info.Capabilities.ListByLabels {
-		errs = append(errs, r.reconcileByList(ctx, keep, c))
-	} else {
-		errs = append(errs, r.reconcileByGet(ctx, keep, c))
-	}
-	return errors.Join(errs...)
+			return reason, err
+		},
+	})
+	c.LedgerReaped += got.Reaped
+	c.LedgerGone += got.Gone
+	c.Orphans += got.Orphans
+	return errors.Join(append(errs, err)...)
 }
 
 // reasonNotRunning is why a startup pass reaps the sandbox of a job that
@@ -264,7 +236,7 @@ const reasonNotRunning = "its job's execution is not running"
 // endJob ends the job of a sandbox that a startup pass found unclaimed,
 // through its execution's cleanup, so that the job does not stay running.
 func (r *Reaper) endJob(ctx context.Context, e store.LedgerEntry) error {
-	jobID := strings.TrimPrefix(e.Owner, "job:")
+	jobID := sandboxes.ParseOwner(e.Owner).Key
 	if err := r.Executions.Stop(ctx, jobID, "the server stopped while the job ran, and its execution could not be resumed"); err != nil {
 		return fmt.Errorf("end job %s: %w", jobID, err)
 	}
@@ -272,15 +244,12 @@ func (r *Reaper) endJob(ctx context.Context, e store.LedgerEntry) error {
 	return nil
 }
 
-// unneeded says why a live entry's sandbox should go ("" to keep it).
-// running is set in a startup pass only.
-func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntry, running map[string]bool) (string, error) {
-	if e.Deadline.Before(now) {
-		return "deadline passed", nil
-	}
-	switch {
-	case strings.HasPrefix(e.Owner, "job:"):
-		job, err := r.Store.GetJob(ctx, strings.TrimPrefix(e.Owner, "job:"))
+// unneeded says why a live entry's owner no longer needs its sandbox (""
+// to keep it). running is set in a startup pass only.
+func (r *Reaper) unneeded(ctx context.Context, e store.LedgerEntry, running map[string]bool) (string, error) {
+	switch owner := sandboxes.ParseOwner(e.Owner); {
+	case owner.Kind == sandboxes.KindJob:
+		job, err := r.Store.GetJob(ctx, owner.Key)
 		if errors.Is(err, store.ErrNotFound) {
 			return "job gone", nil
 		}
@@ -293,7 +262,7 @@ func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntr
 		if running != nil && !running[job.ID] {
 			return reasonNotRunning, nil
 		}
-	case strings.HasPrefix(e.Owner, "session:") && r.Sessions != nil:
+	case owner.Kind == sandboxes.KindSession && r.Sessions != nil:
 		wanted, err := r.Sessions.SandboxWanted(ctx, e)
 		if err != nil {
 			return "", err
@@ -302,142 +271,7 @@ func (r *Reaper) unneeded(ctx context.Context, now time.Time, e store.LedgerEntr
 			return "session does not use it", nil
 		}
 	}
-	if e.State == store.LedgerCreating && e.ProviderID == "" && now.Sub(e.CreatedAt) > r.createGrace() {
-		return "create never confirmed", nil
-	}
 	return "", nil
-}
-
-func (r *Reaper) createGrace() time.Duration {
-	if r.CreateGrace > 0 {
-		return r.CreateGrace
-	}
-	return 10 * time.Minute
-}
-
-// reap terminates an entry's sandbox and closes the entry. An entry whose
-// create was never confirmed has no id: where the provider can list, its
-// sandbox is found by name.
-func (r *Reaper) reap(ctx context.Context, e store.LedgerEntry, reason string) error {
-	id := e.ProviderID
-	if id == "" {
-		list, err := r.Provider.List(ctx, providers.ListFilter{Name: e.Name})
-		if err != nil && !providers.IsUnsupported(err) {
-			return fmt.Errorf("find sandbox %s: %w", e.Name, err)
-		}
-		for _, sb := range list {
-			if sb.Name == e.Name {
-				id = sb.ID
-			}
-		}
-	}
-	if id != "" {
-		if err := r.Provider.Terminate(ctx, id); err != nil {
-			return fmt.Errorf("terminate %s: %w", id, err)
-		}
-	}
-	if _, err := r.Store.LedgerClose(ctx, e.Name, "reaped: "+reason); err != nil {
-		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
-	}
-	r.log().Info("reaped sandbox", "name", e.Name, "sandbox_id", id, "owner", e.Owner, "reason", reason)
-	return nil
-}
-
-// reconcileByList compares the provider's sandboxes with the ledger: a
-// sandbox of ours the ledger does not hold as live is terminated; a live
-// entry whose sandbox is not there any more is closed.
-func (r *Reaper) reconcileByList(ctx context.Context, live []store.LedgerEntry, c *Counts) error {
-	list, err := r.Provider.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelOwner: "sandstep"}})
-	if err != nil {
-		return fmt.Errorf("list sandboxes: %w", err)
-	}
-	var errs []error
-	present := make(map[string]bool, len(list))
-	for _, sb := range list {
-		present[sb.ID] = true
-		if sb.State != "" && sb.State != providers.StateRunning {
-			continue
-		}
-		known, err := r.known(ctx, sb)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if known {
-			continue
-		}
-		if err := r.Provider.Terminate(ctx, sb.ID); err != nil {
-			errs = append(errs, fmt.Errorf("terminate orphan %s: %w", sb.ID, err))
-			continue
-		}
-		c.Orphans++
-		r.log().Warn("terminated a sandbox the ledger does not know", "sandbox_id", sb.ID, "name", sb.Name, "labels", sb.Labels)
-	}
-	for _, e := range live {
-		if e.State != store.LedgerRunning || e.ProviderID == "" || present[e.ProviderID] {
-			continue
-		}
-		if err := r.closeGone(ctx, e); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.LedgerGone++
-	}
-	return errors.Join(errs...)
-}
-
-// known reports whether the ledger holds sb as live. The ledger entry is
-// read now, consistently: an entry is written before its create, so a
-// sandbox that exists and is ours has one unless it was created behind
-// the ledger's back, or its entry was closed.
-func (r *Reaper) known(ctx context.Context, sb providers.Sandbox) (bool, error) {
-	if sb.Name == "" {
-		return false, nil
-	}
-	e, err := r.Store.LedgerGet(ctx, sb.Name)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	if e.State == store.LedgerTerminated {
-		return false, nil
-	}
-	return e.ProviderID == "" || e.ProviderID == sb.ID, nil
-}
-
-// reconcileByGet asks the provider about each live entry, for providers
-// that cannot list: a sandbox it does not know any more is gone.
-func (r *Reaper) reconcileByGet(ctx context.Context, live []store.LedgerEntry, c *Counts) error {
-	var errs []error
-	for _, e := range live {
-		if e.ProviderID == "" {
-			continue
-		}
-		sb, err := r.Provider.Get(ctx, e.ProviderID)
-		if err == nil && sb.State != providers.StateTerminated {
-			continue
-		}
-		if err != nil && !providers.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("get sandbox %s: %w", e.ProviderID, err))
-			continue
-		}
-		if err := r.closeGone(ctx, e); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		c.LedgerGone++
-	}
-	return errors.Join(errs...)
-}
-
-func (r *Reaper) closeGone(ctx context.Context, e store.LedgerEntry) error {
-	if _, err := r.Store.LedgerClose(ctx, e.Name, "gone"); err != nil {
-		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
-	}
-	r.log().Info("closed the ledger entry of a sandbox that is gone", "name", e.Name, "sandbox_id", e.ProviderID)
-	return nil
 }
 
 // stopCancelled stops the executions of jobs cancelled longer than the

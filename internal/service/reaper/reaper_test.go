@@ -26,6 +26,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
@@ -54,6 +55,7 @@ type env struct {
 	db   *testddb.TestEnv
 	st   *store.Store
 	prov providers.Provider
+	log  *slog.Logger
 	r    *reaper.Reaper
 }
 
@@ -78,7 +80,11 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { p.Close() })
 	st := store.New(db.Client, db.Prefix)
-	return &env{db: db, st: st, prov: p, r: &reaper.Reaper{Store: st, Provider: p, ProviderName: "local", Logger: log}}
+	return &env{db: db, st: st, prov: p, log: log, r: &reaper.Reaper{Store: st, Sandboxes: managerOf(st, p, log), Logger: log}}
+}
+
+func managerOf(st *store.Store, p providers.Provider, log *slog.Logger) *sandboxes.Manager {
+	return sandboxes.New(sandboxes.Options{Store: st, Provider: p, ProviderName: "local", Logger: log})
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -233,7 +239,7 @@ func TestPassWithoutListingAsksPerEntry(t *testing.T) {
 	if err := e.prov.Terminate(ctx, gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.r.Provider = noList{e.prov}
+	e.r.Sandboxes = managerOf(e.st, noList{e.prov}, e.log)
 	c, err := e.r.Pass(ctx)
 	if err != nil {
 		t.Fatal(err)

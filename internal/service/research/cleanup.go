@@ -72,7 +72,7 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 	if job.CancelRequested {
 		reason = "cancelled"
 	}
-	n, err := p.terminateJobSandboxes(ctx, jobID, reason)
+	n, err := p.terminateJobSandboxes(ctx, job, reason)
 	if err != nil {
 		return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
 	}

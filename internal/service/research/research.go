@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/report"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/search"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
@@ -30,12 +31,13 @@ import (
 // Phases are the deep-research phases with what they need. The zero values of
 // the optional fields are sensible defaults.
 type Phases struct {
-	Store    *store.Store
-	Provider providers.Provider
-	// ProviderName is recorded in the sandbox ledger.
-	ProviderName string
-	Config       *config.Config
-	Logger       *slog.Logger
+	Store *store.Store
+	// Provider runs commands and moves files in the job's sandbox;
+	// Sandboxes, over the same provider, creates and terminates it.
+	Provider  providers.Provider
+	Sandboxes *sandboxes.Manager
+	Config    *config.Config
+	Logger    *slog.Logger
 	// CancelPoll is how often a running phase re-reads its job to notice a
 	// cancel request. Default 2 s.
 	CancelPoll time.Duration
@@ -43,7 +45,6 @@ type Phases struct {
 	// until it answers). Defaults 5 and 500 ms, doubling, with jitter.
 	WarmupAttempts int
 	WarmupBackoff  time.Duration
-	Now            func() time.Time
 
 	// Search are the web search backends, in the configured order.
 	Search []search.Backend
@@ -86,13 +87,6 @@ func (p *Phases) logger() *slog.Logger {
 		return p.Logger
 	}
 	return slog.Default()
-}
-
-func (p *Phases) now() time.Time {
-	if p.Now != nil {
-		return p.Now()
-	}
-	return time.Now()
 }
 
 // EventData is the payload of a progress event: a stage (one of the step

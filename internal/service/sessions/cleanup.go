@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -104,11 +104,11 @@ func (s *Service) WarnExpiring(ctx context.Context, now time.Time) (int, error) 
 // sandbox then cannot be creating it, since a run creates its sandbox
 // while holding the session and names it before letting go.
 func (s *Service) SandboxWanted(ctx context.Context, e store.LedgerEntry) (bool, error) {
-	key, ok := strings.CutPrefix(e.Owner, "session:")
-	if !ok {
+	owner := sandboxes.ParseOwner(e.Owner)
+	if owner.Kind != sandboxes.KindSession {
 		return false, errors.New("not a session's sandbox: " + e.Owner)
 	}
-	sess, err := s.st.GetSession(ctx, key)
+	sess, err := s.st.GetSession(ctx, owner.Key)
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}

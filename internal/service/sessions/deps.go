@@ -189,12 +189,6 @@ func (s *Service) buildSnapshot(ctx context.Context) error {
 	return nil
 }
 
-// SnapshotSlug names the dependency snapshot of the configured list.
-func (s *Service) SnapshotSlug() string { return s.deps.slug }
-
-// SnapshotBuilds counts the builds this Service asked the provider for.
-func (s *Service) SnapshotBuilds() int64 { return s.snapshotBuilds.Load() }
-
 // shellQuote quotes s for /bin/sh.
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"

@@ -108,7 +108,7 @@ func TestDependenciesInstalledAtStartWithoutSnapshots(t *testing.T) {
 	pkg := fixturePackage(t, "sandstep-fixture-a")
 	e := newEnv(t, envConfig{deps: depsTable(pkg)})
 	svc, err := sessions.New(sessions.Options{
-		Config: e.cfg, Store: e.st, DB: e.db.Client, Provider: noSnapshots{e.stack.Provider},
+		Config: e.cfg, Store: e.st, Provider: noSnapshots{e.stack.Provider},
 		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
 	})
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -29,11 +28,11 @@ import (
 // RunFunction's name (template.yaml sets it for the ApiFunction).
 const EnvRunFunction = "SANDSTEP_RUN_FUNCTION"
 
-// NewForLambda assembles the Service inside a Lambda: runs and events in
-// the store's sessions table through a client of awsCfg, and, where
-// SANDSTEP_RUN_FUNCTION is set (the API), runs launched on the RunFunction.
+// NewForLambda assembles the Service inside a Lambda: where
+// SANDSTEP_RUN_FUNCTION is set (the API), runs are launched on the
+// RunFunction with the credentials of awsCfg.
 func NewForLambda(cfg *config.Config, st *store.Store, awsCfg aws.Config, p providers.Provider, log *slog.Logger) (*Service, error) {
-	opts := Options{Config: cfg, Store: st, DB: dynamodb.NewFromConfig(awsCfg), Provider: p, Logger: log}
+	opts := Options{Config: cfg, Store: st, Provider: p, Logger: log}
 	if fn := os.Getenv(EnvRunFunction); fn != "" {
 		opts.Launcher = &LambdaLauncher{Function: fn, Region: awsCfg.Region, Credentials: awsCfg.Credentials}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // Task names a recorded run for an executor elsewhere: its code waits in
@@ -30,7 +31,7 @@ type Launcher interface {
 // polls its record until it ends or sync_wait has passed.
 func (s *Service) launch(ctx context.Context, key string, run Run, code string) (Run, error) {
 	run.Code = code
-	if _, err := s.rec.putPending(ctx, key, run); err != nil {
+	if _, err := s.putPending(ctx, key, run); err != nil {
 		return Run{}, s.unavailable(err)
 	}
 	run.Code = ""
@@ -40,7 +41,7 @@ func (s *Service) launch(ctx context.Context, key string, run Run, code string) 
 		run.Result = &Result{Error: &msg, Result: []byte("null"), ExitCode: -1}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 		defer cancel()
-		if perr := s.rec.putFinished(rctx, key, run); perr != nil {
+		if perr := s.putFinished(rctx, key, run); perr != nil {
 			s.log.Error("recording a run that could not start", "session", key, "run_id", run.ID, "err", perr)
 		}
 		return Run{}, &Error{Kind: KindUnavailable, Message: msg, Err: err}
@@ -58,7 +59,7 @@ func (s *Service) launch(ctx context.Context, key string, run Run, code string) 
 			return run, nil
 		case <-t.C:
 		}
-		got, err := s.rec.getRun(ctx, key, run.ID)
+		got, err := s.getRun(ctx, key, run.ID)
 		if err != nil {
 			return run, s.unavailable(err)
 		}
@@ -75,12 +76,12 @@ func (s *Service) ExecuteStored(ctx context.Context, t Task) error {
 	if !s.cfg.Enabled {
 		return ErrDisabled
 	}
-	if !ValidID(t.SessionID) || !ValidID(t.RunID) || t.Tenant == "" {
+	if !ids.Valid(t.SessionID) || !ids.Valid(t.RunID) || t.Tenant == "" {
 		return invalid("task", "a task names a tenant, a session and a run")
 	}
 	key := ids.SessionKey(t.Tenant, t.SessionID)
-	run, err := s.rec.getRun(ctx, key, t.RunID)
-	if errors.Is(err, errNoRecord) {
+	run, err := s.getRun(ctx, key, t.RunID)
+	if errors.Is(err, store.ErrNotFound) {
 		return &Error{Kind: KindNotFound, Message: "run " + t.RunID + " is not recorded"}
 	}
 	if err != nil {

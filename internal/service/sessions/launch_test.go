@@ -65,7 +65,7 @@ func (f *fakeLambda) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func TestRunsLaunchedOnTheRunFunction(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
-	runner, err := sessions.New(sessions.Options{Config: e.cfg, Store: e.st, DB: e.db.Client, Provider: e.stack.Provider, Logger: log})
+	runner, err := sessions.New(sessions.Options{Config: e.cfg, Store: e.st, Provider: e.stack.Provider, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestRunsLaunchedOnTheRunFunction(t *testing.T) {
 	cfg := *e.cfg
 	cfg.Sessions.SyncWait = config.Duration(time.Second)
 	api, err := sessions.New(sessions.Options{
-		Config: &cfg, Store: e.st, DB: e.db.Client, Provider: e.stack.Provider, Logger: log,
+		Config: &cfg, Store: e.st, Provider: e.stack.Provider, Logger: log,
 		Launcher: &sessions.LambdaLauncher{
 			Function: "sandstep-RunFunction", Region: "us-east-1", Endpoint: srv.URL,
 			Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", ""),

@@ -195,7 +195,6 @@ enabled = true
 		Config:         cfg,
 		Template:       "../../../template.yaml",
 		Store:          st,
-		DB:             ec.db.Client,
 		ReaperInterval: -1,
 		Logger:         slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

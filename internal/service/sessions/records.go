@@ -3,42 +3,23 @@ package sessions
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
-// Runs and session events live in the sessions table beside the session
-// records the store keeps there, under keys no session id can take
-// ("run#..." and "events#...": session keys are "<tenant>/<id>" with ids
-// of [A-Za-z0-9._-]). Only a pending run carries a gsi_state, one no
-// session state takes (see interrupted.go), so the sessions' cleanup never
-// sees them; each has the table's TTL attribute once it may go.
-const (
-	runKeyPrefix    = "run#"
-	eventsKeyPrefix = "events#"
-)
+// Runs and session events are kept by the store (in the sessions table);
+// here they have the shapes the API shows.
 
 // RunStatus is where a run is.
-type RunStatus string
+type RunStatus = store.RunStatus
 
 const (
-	RunRunning   RunStatus = "running"
-	RunSucceeded RunStatus = "succeeded"
-	RunFailed    RunStatus = "failed"
+	RunRunning   = store.RunRunning
+	RunSucceeded = store.RunSucceeded
+	RunFailed    = store.RunFailed
 )
-
-// RunRetention is how long a finished run stays readable.
-const RunRetention = 24 * time.Hour
-
-// MaxEvents is how many events a session keeps; older ones are dropped
-// (their seqs are not reused).
-const MaxEvents = 100
 
 // Run is one run of code in a session.
 type Run struct {
@@ -96,110 +77,6 @@ const (
 	EventDeleted        = "session.deleted"
 )
 
-// records reads and writes runs and events.
-type records struct {
-	db        *dynamodb.Client
-	table     string
-	retention time.Duration
-}
-
-var errNoRecord = errors.New("no such record")
-
-func runKey(key, runID string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"pk": avS(runKeyPrefix + key + "#" + runID)}
-}
-
-func eventsKey(key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"pk": avS(eventsKeyPrefix + key)}
-}
-
-// putPending records a run that has not ended, unless its record exists
-// (the run may have ended first). It reports whether it wrote.
-func (r *records) putPending(ctx context.Context, key string, run Run) (bool, error) {
-	item := runKey(key, run.ID)
-	item["tenant"] = avS(run.Tenant)
-	item["session"] = avS(run.SessionID)
-	item["run_id"] = avS(run.ID)
-	item["status"] = avS(string(RunRunning))
-	item["language"] = avS(run.Language)
-	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
-	item["created_at"] = avTime(run.CreatedAt)
-	item["expires_at"] = avN(run.CreatedAt.Add(RunRetention + run.Timeout).Unix())
-	item["gsi_state"] = avS(pendingRunsGSI)
-	item["idle_expires_at"] = avTime(run.CreatedAt)
-	if run.Code != "" {
-		item["code"] = avS(run.Code)
-	}
-	_, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:           &r.table,
-		Item:                item,
-		ConditionExpression: aws.String("attribute_not_exists(pk)"),
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("record run %s: %w", run.ID, err)
-	}
-	return true, nil
-}
-
-// putFinished records a run's end, replacing its pending record and
-// dropping the code.
-func (r *records) putFinished(ctx context.Context, key string, run Run) error {
-	res, err := json.Marshal(run.Result)
-	if err != nil {
-		return fmt.Errorf("encode run %s: %w", run.ID, err)
-	}
-	item := runKey(key, run.ID)
-	item["tenant"] = avS(run.Tenant)
-	item["session"] = avS(run.SessionID)
-	item["run_id"] = avS(run.ID)
-	item["status"] = avS(string(run.Status))
-	item["language"] = avS(run.Language)
-	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
-	item["created_at"] = avTime(run.CreatedAt)
-	item["finished_at"] = avTime(run.FinishedAt)
-	item["result"] = avS(string(res))
-	item["expires_at"] = avN(run.FinishedAt.Add(RunRetention).Unix())
-	if _, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &r.table, Item: item}); err != nil {
-		return fmt.Errorf("record result of run %s: %w", run.ID, err)
-	}
-	return nil
-}
-
-func (r *records) getRun(ctx context.Context, key, runID string) (Run, error) {
-	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &r.table, Key: runKey(key, runID), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return Run{}, fmt.Errorf("read run %s: %w", runID, err)
-	}
-	if len(out.Item) == 0 {
-		return Run{}, errNoRecord
-	}
-	it := out.Item
-	run := Run{
-		ID:         getS(it, "run_id"),
-		Tenant:     getS(it, "tenant"),
-		SessionID:  getS(it, "session"),
-		Status:     RunStatus(getS(it, "status")),
-		Language:   getS(it, "language"),
-		Timeout:    time.Duration(getN(it, "timeout_ms")) * time.Millisecond,
-		CreatedAt:  getTime(it, "created_at"),
-		FinishedAt: getTime(it, "finished_at"),
-		Code:       getS(it, "code"),
-	}
-	if raw := getS(it, "result"); raw != "" {
-		run.Result = &Result{}
-		if err := json.Unmarshal([]byte(raw), run.Result); err != nil {
-			return Run{}, fmt.Errorf("decode run %s: %w", runID, err)
-		}
-	}
-	return run, nil
-}
-
 // event is one event to append.
 type event struct {
 	typ  string
@@ -212,141 +89,85 @@ type event struct {
 	once string
 }
 
-// appendEvent adds an event to a session's list and drops the oldest
-// beyond MaxEvents. It reports whether it wrote (see event.once).
-func (r *records) appendEvent(ctx context.Context, key string, at time.Time, e event) (bool, error) {
-	ev := map[string]types.AttributeValue{
-		"type": avS(e.typ),
-		"at":   avTime(at),
+// runRecord is run as the store keeps it.
+func runRecord(run Run) (store.SessionRun, error) {
+	rec := store.SessionRun{
+		ID: run.ID, Tenant: run.Tenant, SessionID: run.SessionID, Status: run.Status, Language: run.Language,
+		Timeout: run.Timeout, CreatedAt: run.CreatedAt, FinishedAt: run.FinishedAt, Code: run.Code,
 	}
+	if run.Result != nil {
+		b, err := json.Marshal(run.Result)
+		if err != nil {
+			return rec, fmt.Errorf("encode run %s: %w", run.ID, err)
+		}
+		rec.Result = b
+	}
+	return rec, nil
+}
+
+// putPending records a run that has not ended, unless its record exists
+// (the run may have ended first). It reports whether it wrote.
+func (s *Service) putPending(ctx context.Context, key string, run Run) (bool, error) {
+	rec, err := runRecord(run)
+	if err != nil {
+		return false, err
+	}
+	return s.st.PutPendingRun(ctx, key, rec)
+}
+
+// putFinished records a run's end, replacing its pending record and
+// dropping the code.
+func (s *Service) putFinished(ctx context.Context, key string, run Run) error {
+	run.Code = ""
+	rec, err := runRecord(run)
+	if err != nil {
+		return err
+	}
+	return s.st.PutFinishedRun(ctx, key, rec)
+}
+
+// getRun reads a run; store.ErrNotFound when there is none.
+func (s *Service) getRun(ctx context.Context, key, runID string) (Run, error) {
+	rec, err := s.st.GetSessionRun(ctx, key, runID)
+	if err != nil {
+		return Run{}, err
+	}
+	run := Run{
+		ID: rec.ID, Tenant: rec.Tenant, SessionID: rec.SessionID, Status: rec.Status, Language: rec.Language,
+		Timeout: rec.Timeout, CreatedAt: rec.CreatedAt, FinishedAt: rec.FinishedAt, Code: rec.Code,
+	}
+	if len(rec.Result) > 0 {
+		run.Result = &Result{}
+		if err := json.Unmarshal(rec.Result, run.Result); err != nil {
+			return Run{}, fmt.Errorf("decode run %s: %w", runID, err)
+		}
+	}
+	return run, nil
+}
+
+// appendEvent adds an event to a session's list. It reports whether it
+// wrote (see event.once).
+func (s *Service) appendEvent(ctx context.Context, key string, at time.Time, e event) (bool, error) {
+	ne := store.NewSessionEvent{Type: e.typ, Final: e.final, Revive: e.revive, Once: e.once}
 	if e.data != nil {
 		b, err := json.Marshal(e.data)
 		if err != nil {
 			return false, fmt.Errorf("encode event %s: %w", e.typ, err)
 		}
-		ev["data"] = avS(string(b))
+		ne.Data = b
 	}
-	names := map[string]string{"#e": "events"}
-	values := map[string]types.AttributeValue{
-		":new":   &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberM{Value: ev}}},
-		":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
-	}
-	update := "SET #e = list_append(if_not_exists(#e, :empty), :new)"
-	if e.final {
-		names["#x"] = "expires_at"
-		values[":x"] = avN(at.Add(r.retention).Unix())
-		update += ", #x = :x"
-	}
-	var cond *string
-	if e.once != "" {
-		names["#o"] = "once"
-		values[":o"] = avS(e.once)
-		update += ", #o = :o"
-		cond = aws.String("attribute_not_exists(#o) OR #o <> :o")
-	}
-	if e.revive {
-		names["#x"] = "expires_at"
-		update += " REMOVE #x"
-	}
-	out, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &r.table,
-		Key:                       eventsKey(key),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       cond,
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-		ReturnValues:              types.ReturnValueUpdatedNew,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("record event %s: %w", e.typ, err)
-	}
-	if l, ok := out.Attributes["events"].(*types.AttributeValueMemberL); ok && len(l.Value) > MaxEvents {
-		r.trimEvents(ctx, key, len(l.Value))
-	}
-	return true, nil
-}
-
-// trimEvents drops the oldest events of a list that has n of them. The
-// condition makes two trimmers of the same list trim it once; a list left
-// long by a failed trim is trimmed by the next append.
-func (r *records) trimEvents(ctx context.Context, key string, n int) {
-	drop := n - MaxEvents
-	remove := ""
-	for i := range drop {
-		if i > 0 {
-			remove += ", "
-		}
-		remove += "#e[" + strconv.Itoa(i) + "]"
-	}
-	_, _ = r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &r.table,
-		Key:                       eventsKey(key),
-		UpdateExpression:          aws.String("REMOVE " + remove + " ADD #b :drop"),
-		ConditionExpression:       aws.String("size(#e) = :n"),
-		ExpressionAttributeNames:  map[string]string{"#e": "events", "#b": "base"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":drop": avN(int64(drop)), ":n": avN(int64(n))},
-	})
+	return s.st.AppendSessionEvent(ctx, key, at, ne)
 }
 
 // events returns a session's events with seq > after, oldest first.
-func (r *records) events(ctx context.Context, key string, after int64) ([]Event, error) {
-	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: &r.table, Key: eventsKey(key), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read events: %w", err)
+func (s *Service) events(ctx context.Context, key string, after int64) ([]Event, error) {
+	recs, err := s.st.SessionEvents(ctx, key, after)
+	if err != nil || len(recs) == 0 {
+		return nil, err
 	}
-	base := getN(out.Item, "base")
-	l, _ := out.Item["events"].(*types.AttributeValueMemberL)
-	var evs []Event
-	if l == nil {
-		return evs, nil
-	}
-	for i, v := range l.Value {
-		m, ok := v.(*types.AttributeValueMemberM)
-		seq := base + int64(i) + 1
-		if !ok || seq <= after {
-			continue
-		}
-		ev := Event{Seq: seq, Type: getS(m.Value, "type"), At: getTime(m.Value, "at")}
-		if d := getS(m.Value, "data"); d != "" {
-			ev.Data = json.RawMessage(d)
-		}
-		evs = append(evs, ev)
+	evs := make([]Event, len(recs))
+	for i, r := range recs {
+		evs[i] = Event{Seq: r.Seq, Type: r.Type, At: r.At, Data: r.Data}
 	}
 	return evs, nil
-}
-
-func avS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-
-func avN(v int64) types.AttributeValue {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
-}
-
-func avTime(t time.Time) types.AttributeValue { return avN(t.UnixMilli()) }
-
-func getS(item map[string]types.AttributeValue, k string) string {
-	if v, ok := item[k].(*types.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
-func getN(item map[string]types.AttributeValue, k string) int64 {
-	if v, ok := item[k].(*types.AttributeValueMemberN); ok {
-		n, _ := strconv.ParseInt(v.Value, 10, 64)
-		return n
-	}
-	return 0
-}
-
-func getTime(item map[string]types.AttributeValue, k string) time.Time {
-	if _, ok := item[k]; !ok {
-		return time.Time{}
-	}
-	return time.UnixMilli(getN(item, k)).UTC()
 }

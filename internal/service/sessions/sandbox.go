@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -193,16 +194,10 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	if err := s.ensureVolume(ctx, *sess); err != nil {
 		return "", err
 	}
-	key, tenant, id := sess.ID, sess.Tenant, sess.ClientID
+	key, tenant := sess.ID, sess.Tenant
 	start := time.Now()
 	name := sandboxName(key)
-	labels := map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id}
-	if _, err := s.st.LedgerBegin(ctx, store.LedgerEntry{
-		Name: name, Provider: s.provName, Owner: sessionOwner(key), Tenant: tenant, Labels: labels,
-		Deadline: time.Now().Add(s.lifetime + time.Minute),
-	}); err != nil {
-		return "", s.unavailable(err)
-	}
+	labels := sessionLabels(*sess)
 	spec := providers.CreateSpec{
 		Name:        name,
 		Labels:      labels,
@@ -225,46 +220,65 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	} else if mode == DepsAtStart {
 		_, spec.Env = s.deps.setup(startRoot)
 	}
-	sb, err := s.prov.Create(ctx, spec)
-	if providers.CodeOf(err) == providers.FailedPrecondition {
+	req := sandboxes.Request{
+		Owner: s.owner(*sess),
+		Spec:  spec,
 		// The volume is still mounted by a sandbox of this session that
 		// nothing refers to any more: the run holds the session, so it is
 		// a leftover.
-		s.terminateStrays(ctx, *sess)
-		sb, err = s.prov.Create(ctx, spec)
+		Unblock: func(ctx context.Context) error { s.terminateStrays(ctx, *sess); return nil },
 	}
-	if err != nil {
-		s.closeEntry(ctx, name, "create failed")
-		return "", &Error{Kind: KindUnavailable, Message: "the session's sandbox did not start: " + s.redact.Error(err), Err: s.hide(err)}
-	}
-	fail := func(reason string, err error) (string, error) {
-		if terr := s.prov.Terminate(context.WithoutCancel(ctx), sb.ID); terr != nil {
-			s.log.Error("terminating a sandbox that could not be used", "sandbox_id", sb.ID, "err", terr)
-		} else {
-			s.closeEntry(ctx, name, reason)
-		}
-		return "", err
-	}
-	if _, err := s.st.LedgerRunning(ctx, name, sb.ID); err != nil {
-		return fail("ledger closed during create", s.unavailable(err))
-	}
-	s.remember(sb.ID, sandboxInfo{name: name, expiresAt: sb.ExpiresAt})
 	if mode == DepsAtStart {
-		if err := s.installAtStart(ctx, sb.ID); err != nil {
-			return fail("dependencies failed", err)
-		}
+		req.Ready = func(ctx context.Context, sb providers.Sandbox) error { return s.installAtStart(ctx, sb.ID) }
 	}
+	lease, err := s.sbx.Acquire(ctx, req)
+	var ce *sandboxes.CreateError
+	var se *Error
+	switch {
+	case errors.As(err, &ce):
+		return "", &Error{Kind: KindUnavailable, Message: "the session's sandbox did not start: " + s.redact.Error(ce.Err), Err: s.hide(err)}
+	case errors.As(err, &se):
+		return "", se
+	case err != nil:
+		return "", s.unavailable(err)
+	}
+	sb := lease.Sandbox
+	s.remember(sb.ID, sandboxInfo{name: name, expiresAt: sb.ExpiresAt})
 	got, err := s.st.SetSessionSandbox(ctx, key, sess.Version, sb.ID)
 	if err != nil {
-		return fail("session changed", s.unavailable(err))
+		// Never handed out: it goes without a sandbox.closed event, as
+		// it had no sandbox.started.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+		defer cancel()
+		if rerr := s.sbx.Release(rctx, req.Owner, sandboxes.Ref{Name: name, ID: sb.ID}, "session changed"); rerr != nil {
+			s.log.Error("terminating a sandbox that could not be used", "sandbox_id", sb.ID, "err", s.redact.Error(rerr))
+		}
+		s.forget(sb.ID)
+		return "", s.unavailable(err)
 	}
 	*sess = got
 	took := time.Since(start)
 	s.event(ctx, key, event{typ: EventSandboxStarted, data: map[string]any{
 		"sandbox_id": sb.ID, "dependencies": mode, "snapshot": spec.Snapshot, "took_ms": took.Milliseconds(),
 	}})
-	s.log.Info("session sandbox started", "session", key, "sandbox_id", sb.ID, "dependencies", mode, "took", took)
+	s.log.Info("session sandbox started", "session", key, "tenant", tenant, "sandbox_id", sb.ID, "dependencies", mode, "took", took)
 	return sb.ID, nil
+}
+
+// owner is the session as the owner of its sandboxes. A record from
+// before sessions kept their client's id has no labels to look for strays
+// by; its sandboxes are in the ledger.
+func (s *Service) owner(sess store.Session) sandboxes.Owner {
+	o := sandboxes.SessionOwner(sess.ID, sess.Tenant)
+	if sess.ClientID != "" {
+		o.Labels = sessionLabels(sess)
+	}
+	return o
+}
+
+// sessionLabels are the labels of the session's sandboxes at the provider.
+func sessionLabels(sess store.Session) map[string]string {
+	return map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID}
 }
 
 // installAtStart installs the dependencies in a new sandbox, for providers
@@ -312,36 +326,27 @@ func (s *Service) ensureVolume(ctx context.Context, sess store.Session) error {
 // Both steps are idempotent; a failure is logged and left to the cleanup,
 // which finds the entry still live.
 func (s *Service) terminate(ctx context.Context, key, id, reason string) {
-	if id == "" {
+	if id == "" || s.sbx == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	// What the sandbox sent and received, read while it lives.
-	if sb, err := s.prov.Get(ctx, id); err == nil {
-		s.log.Info("sandbox network usage", "session", key, "sandbox_id", id, "network", sb.Network)
-	}
-	if err := s.prov.Terminate(ctx, id); err != nil {
+	info, _ := s.cached(id)
+	err := s.sbx.Release(ctx, sandboxes.SessionOwner(key, ""), sandboxes.Ref{Name: info.name, ID: id}, reason)
+	var te *sandboxes.TerminateError
+	if errors.As(err, &te) {
 		s.log.Error("terminating a session sandbox", "session", key, "sandbox_id", id, "err", s.redact.Error(err))
 		return
 	}
-	info, _ := s.cached(id)
+	if err != nil {
+		s.log.Warn("closing a session sandbox's ledger entry", "session", key, "sandbox_id", id, "err", err)
+	}
 	s.forget(id)
-	name := info.name
-	if name == "" {
-		entries, err := s.st.LedgerListByOwner(ctx, sessionOwner(key))
-		if err != nil {
-			s.log.Warn("finding a session sandbox's ledger entry", "session", key, "err", err)
-		}
-		for _, e := range entries {
-			if e.ProviderID == id && e.State != store.LedgerTerminated {
-				name = e.Name
-			}
-		}
-	}
-	if name != "" {
-		s.closeEntry(ctx, name, reason)
-	}
+	s.closed(ctx, key, id, reason)
+}
+
+// closed records that a sandbox of the session ended.
+func (s *Service) closed(ctx context.Context, key, id, reason string) {
 	s.event(ctx, key, event{typ: EventSandboxClosed, data: map[string]any{"sandbox_id": id, "reason": reason}})
 	s.log.Info("session sandbox closed", "session", key, "sandbox_id", id, "reason", reason)
 }
@@ -350,44 +355,18 @@ func (s *Service) terminate(ctx context.Context, key, id, reason string) {
 // ledger holds for it and, where the provider can list, those carrying its
 // labels.
 func (s *Service) terminateStrays(ctx context.Context, sess store.Session) {
-	key := sess.ID
-	entries, err := s.st.LedgerListByOwner(ctx, sessionOwner(key))
-	if err != nil {
-		s.log.Warn("listing a session's sandboxes", "session", key, "err", err)
-	}
-	for _, e := range entries {
-		if e.State == store.LedgerTerminated {
-			continue
-		}
-		if e.ProviderID != "" {
-			s.terminate(ctx, key, e.ProviderID, "stray")
-			continue
-		}
-		s.closeEntry(ctx, e.Name, "create never confirmed")
-	}
-	caps, err := s.capabilities(ctx)
-	// A record from before sessions kept their client's id has no labels
-	// to look for; its sandboxes are in the ledger.
-	if err != nil || !caps.ListByLabels || sess.ClientID == "" {
+	if s.sbx == nil {
 		return
 	}
-	list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{
-		providers.LabelOwner: "sandstep", providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID,
-	}})
-	if err != nil {
-		s.log.Warn("listing a session's sandboxes at the provider", "session", key, "err", s.redact.Error(err))
-		return
-	}
-	for _, sb := range list {
-		s.terminate(ctx, key, sb.ID, "stray")
-	}
-}
-
-func (s *Service) closeEntry(ctx context.Context, name, reason string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if _, err := s.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
-		s.log.Warn("closing a ledger entry", "name", name, "err", err)
+	ended, err := s.sbx.ReleaseOwner(ctx, s.owner(sess), "stray")
+	if err != nil {
+		s.log.Warn("ending a session's stray sandboxes", "session", sess.ID, "err", s.redact.Error(err))
+	}
+	for _, id := range ended {
+		s.forget(id)
+		s.closed(ctx, sess.ID, id, "stray")
 	}
 }
 
@@ -436,7 +415,7 @@ func (s *Service) deleteVolume(ctx context.Context, slug string) error {
 func (s *Service) event(ctx context.Context, key string, e event) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	wrote, err := s.rec.appendEvent(ctx, key, time.Now(), e)
+	wrote, err := s.appendEvent(ctx, key, time.Now(), e)
 	if err != nil {
 		s.log.Warn("recording a session event", "session", key, "type", e.typ, "err", err)
 	}

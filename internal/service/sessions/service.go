@@ -9,9 +9,10 @@
 // deletion can therefore never both win, whatever the timing; nothing here
 // checks a state and then acts on it.
 //
-// Every sandbox is written to the ledger before it is created and closed
-// after it is terminated, like a job's. Its name is new for each sandbox, so
-// a ledger entry always stands for exactly one sandbox.
+// Every sandbox is acquired and released through package sandboxes, which
+// writes it to the ledger before it is created and closes it after it is
+// terminated, as for a job. Its name is new for each sandbox, so a ledger
+// entry always stands for exactly one sandbox.
 //
 // Secrets of the dependencies are given to every session sandbox. One with
 // hosts, on a provider with host-scoped secrets, is a placeholder in the
@@ -31,10 +32,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -44,10 +44,8 @@ type Options struct {
 	// Config supplies [sessions], the sandbox lifetime and the provider's
 	// name.
 	Config *config.Config
-	Store  *store.Store
-	// DB is the client Store uses: runs and events are kept in the same
-	// sessions table.
-	DB *dynamodb.Client
+	// Store keeps the sessions, their runs and events, and the ledger.
+	Store *store.Store
 	// Provider may be nil where only the API's input checks run; every
 	// operation that needs it then fails with KindUnavailable.
 	Provider providers.Provider
@@ -79,8 +77,8 @@ type Service struct {
 	lifetime time.Duration
 	provName string
 	st       *store.Store
-	rec      *records
 	prov     providers.Provider
+	sbx      *sandboxes.Manager // over prov; nil without one
 	launcher Launcher
 	log      *slog.Logger
 	deps     deps
@@ -113,8 +111,8 @@ type sandboxInfo struct {
 // New returns a Service. With sessions enabled, every dependency's
 // secret_env must be set; the values are read once, here.
 func New(opts Options) (*Service, error) {
-	if opts.Config == nil || opts.Store == nil || opts.DB == nil {
-		return nil, errors.New("sessions.New: Config, Store and DB are required")
+	if opts.Config == nil || opts.Store == nil {
+		return nil, errors.New("sessions.New: Config and Store are required")
 	}
 	cfg := opts.Config
 	getenv := opts.Getenv
@@ -130,7 +128,6 @@ func New(opts Options) (*Service, error) {
 		lifetime:  cfg.Sandbox.Lifetime.D(),
 		provName:  cfg.Provider.Name,
 		st:        opts.Store,
-		rec:       &records{db: opts.DB, table: opts.Store.Prefix() + store.SessionsTableSuffix, retention: store.DefaultRetention},
 		prov:      opts.Provider,
 		launcher:  opts.Launcher,
 		log:       log.With("component", "sessions"),
@@ -156,6 +153,9 @@ func New(opts Options) (*Service, error) {
 		if err := errors.Join(missing...); err != nil {
 			return nil, err
 		}
+	}
+	if s.prov != nil {
+		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Logger: log})
 	}
 	s.redact = newRedactor(values)
 	s.base, s.stop = context.WithCancel(context.Background())
@@ -268,8 +268,8 @@ func (s *Service) check(id string) error {
 	if !s.cfg.Enabled {
 		return ErrDisabled
 	}
-	if !ValidID(id) {
-		return invalid("session_id", "a session id is 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", MaxIDLen)
+	if !ids.Valid(id) {
+		return invalid("session_id", "a session id is 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", ids.MaxLen)
 	}
 	return nil
 }
@@ -365,7 +365,7 @@ func (s *Service) record(ctx context.Context, tenant, id string, reopen bool) (s
 func (s *Service) gone(ctx context.Context, sess store.Session) *Error {
 	id := sess.ClientID
 	why := "was deleted"
-	if evs, err := s.rec.events(ctx, sess.ID, 0); err == nil {
+	if evs, err := s.events(ctx, sess.ID, 0); err == nil {
 		for i := len(evs) - 1; i >= 0; i-- {
 			if evs[i].Type == EventExpired {
 				why = fmt.Sprintf("expired after %d minutes without a run and was deleted", s.cfg.VolumeTTLMinutes)
@@ -391,7 +391,7 @@ func (s *Service) Events(ctx context.Context, tenant, id string, after int64) ([
 	} else if err != nil {
 		return nil, s.unavailable(err)
 	}
-	evs, err := s.rec.events(ctx, key, after)
+	evs, err := s.events(ctx, key, after)
 	if err != nil {
 		return nil, s.unavailable(err)
 	}
@@ -484,7 +484,7 @@ func (s *Service) Run(ctx context.Context, tenant, id string, req RunRequest) (R
 	}
 	key := ids.SessionKey(tenant, id)
 	now := time.Now()
-	run := Run{ID: newRunID(now), Tenant: tenant, SessionID: id, Status: RunRunning, Language: req.Language, Timeout: req.Timeout, CreatedAt: now}
+	run := Run{ID: ids.New(now), Tenant: tenant, SessionID: id, Status: RunRunning, Language: req.Language, Timeout: req.Timeout, CreatedAt: now}
 	if s.launcher != nil {
 		return s.launch(ctx, key, run, req.Code)
 	}
@@ -508,7 +508,7 @@ func (s *Service) Run(ctx context.Context, tenant, id string, req RunRequest) (R
 	// The run goes on; its record says so until it ends.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	wrote, err := s.rec.putPending(wctx, key, run)
+	wrote, err := s.putPending(wctx, key, run)
 	if err != nil {
 		return run, s.unavailable(err)
 	}
@@ -559,7 +559,7 @@ func (s *Service) finish(ctx context.Context, key string, run Run, res *Result, 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if perr := s.rec.putFinished(rctx, key, run); perr != nil {
+	if perr := s.putFinished(rctx, key, run); perr != nil {
 		s.log.Error("recording a run's result", "session", key, "run_id", run.ID, "err", perr)
 	}
 	return run, err
@@ -570,11 +570,11 @@ func (s *Service) GetRun(ctx context.Context, tenant, id, runID string) (Run, er
 	if err := s.check(id); err != nil {
 		return Run{}, err
 	}
-	if !ValidID(runID) {
-		return Run{}, invalid("run_id", "a run id is 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", MaxIDLen)
+	if !ids.Valid(runID) {
+		return Run{}, invalid("run_id", "a run id is 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-'", ids.MaxLen)
 	}
-	run, err := s.rec.getRun(ctx, ids.SessionKey(tenant, id), runID)
-	if errors.Is(err, errNoRecord) {
+	run, err := s.getRun(ctx, ids.SessionKey(tenant, id), runID)
+	if errors.Is(err, store.ErrNotFound) {
 		return Run{}, &Error{Kind: KindNotFound, Message: fmt.Sprintf("run %q of session %q not found", runID, id)}
 	}
 	if err != nil {

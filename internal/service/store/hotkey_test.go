@@ -180,7 +180,7 @@ func attrString(v types.AttributeValue) string {
 
 // previousModels are the indexes this design replaced, for the same items:
 // the ledger's by-state-deadline keyed by state alone, and the sessions'
-// cleanup index over 4 shards.
+// cleanup index over 4 shards with every pending run on one key.
 func previousModels(prefix string) []indexModel {
 	all := func(string) bool { return true }
 	return []indexModel{
@@ -197,9 +197,12 @@ func previousModels(prefix string) []indexModel {
 				if !ok || img["idle_expires_at"] == nil {
 					return "", false
 				}
+				st, _, _ := strings.Cut(g.Value, "#")
+				if st == "run-pending" {
+					return "run#pending", true // every pending run on one key
+				}
 				h := fnv.New32a()
 				h.Write([]byte(attrString(img["pk"])))
-				st, _, _ := strings.Cut(g.Value, "#")
 				return st + "#" + strconv.Itoa(int(h.Sum32()%4)), true
 			}},
 	}
@@ -290,11 +293,6 @@ func TestIndexesHaveNoHotKey(t *testing.T) {
 			if _, err := st.LedgerRunning(ctx, name, "p-"+name); err != nil {
 				return err
 			}
-			if i%3 == 0 {
-				if _, err := st.LedgerExtend(ctx, name, now.Add(2*time.Hour)); err != nil {
-					return err
-				}
-			}
 			_, err := st.LedgerClose(ctx, name, "completed")
 			return err
 		}
@@ -306,8 +304,17 @@ func TestIndexesHaveNoHotKey(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			for range runs {
+			for r := range runs {
 				if sess, err = st.BeginRun(ctx, id, sess.Version, time.Hour); err != nil {
+					return err
+				}
+				run := store.SessionRun{ID: fmt.Sprintf("r%d", r), Tenant: sess.Tenant, SessionID: id, Status: store.RunRunning,
+					Language: "python", Timeout: time.Minute, CreatedAt: time.Now()}
+				if _, err := st.PutPendingRun(ctx, id, run); err != nil {
+					return err
+				}
+				run.Status, run.FinishedAt, run.Result = store.RunSucceeded, time.Now(), []byte(`{}`)
+				if err := st.PutFinishedRun(ctx, id, run); err != nil {
 					return err
 				}
 				if sess, err = st.EndRun(ctx, id, sess.Version, time.Hour); err != nil {

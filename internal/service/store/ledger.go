@@ -34,7 +34,10 @@ type LedgerEntry struct {
 	ProviderID string // known once running
 	// Owner is who the sandbox belongs to, e.g. "job:<id>" or
 	// "session:<id>"; LedgerListByOwner finds entries by it.
-	Owner  string
+	Owner string
+	// Parent is the owner's own owner, when it has one (a child sandbox's
+	// parent); empty for jobs and sessions.
+	Parent string
 	Tenant string
 	Labels map[string]string
 	State  LedgerState
@@ -84,6 +87,9 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	if e.Tenant != "" {
 		item["tenant"] = avS(e.Tenant)
 	}
+	if e.Parent != "" {
+		item["parent"] = avS(e.Parent)
+	}
 	if len(e.Labels) > 0 {
 		item["labels"] = avStrMap(e.Labels)
 	}
@@ -121,21 +127,6 @@ func (s *Store) LedgerRunning(ctx context.Context, name, providerID string) (Led
 	out, err := s.db.UpdateItem(ctx, e.update(s.sandboxes, ledgerKey(name)))
 	if err != nil {
 		return s.ledgerConflict(ctx, name, "mark running", err)
-	}
-	return ledgerFromItem(out.Attributes), nil
-}
-
-// LedgerExtend moves a live entry's deadline (a session sandbox kept for
-// reuse). A terminated entry is ErrConflict.
-func (s *Store) LedgerExtend(ctx context.Context, name string, deadline time.Time) (LedgerEntry, error) {
-	e := newExpr()
-	e.set("deadline", avTime(deadline))
-	e.set("updated_at", avTime(s.now()))
-	e.cond("attribute_exists(pk)")
-	e.condIn("state", []types.AttributeValue{avS(string(LedgerCreating)), avS(string(LedgerRunning))})
-	out, err := s.db.UpdateItem(ctx, e.update(s.sandboxes, ledgerKey(name)))
-	if err != nil {
-		return s.ledgerConflict(ctx, name, "extend", err)
 	}
 	return ledgerFromItem(out.Attributes), nil
 }
@@ -245,6 +236,7 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		Provider:     getS(item, "provider"),
 		ProviderID:   getS(item, "provider_id"),
 		Owner:        getS(item, "owner"),
+		Parent:       getS(item, "parent"),
 		Tenant:       getS(item, "tenant"),
 		Labels:       getStrMap(item, "labels"),
 		State:        LedgerState(getS(item, "state")),

@@ -28,13 +28,13 @@ func TestLedgerLifecycle(t *testing.T) {
 	now := time.Now()
 	deadline := now.Add(time.Hour).Truncate(time.Millisecond)
 	e, err := s.LedgerBegin(ctx, store.LedgerEntry{
-		Name: "job-1", Provider: "local", Owner: "job:job-1", Tenant: "acme",
+		Name: "job-1", Provider: "local", Owner: "job:job-1", Parent: "sandbox:p-1", Tenant: "acme",
 		Labels: map[string]string{"job": "job-1"}, Deadline: deadline,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.State != store.LedgerCreating || !e.Deadline.Equal(deadline) || e.Labels["job"] != "job-1" || !e.ExpiresAt.IsZero() {
+	if e.State != store.LedgerCreating || !e.Deadline.Equal(deadline) || e.Labels["job"] != "job-1" || e.Parent != "sandbox:p-1" || !e.ExpiresAt.IsZero() {
 		t.Fatalf("begun entry = %+v", e)
 	}
 	// A retried create of the same owner is fine and changes nothing.
@@ -49,10 +49,6 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err != nil || e.State != store.LedgerRunning || e.ProviderID != "prov-123" || e.RunningAt.IsZero() {
 		t.Fatalf("running = %+v, %v", e, err)
 	}
-	later := deadline.Add(30 * time.Minute)
-	if e, err = s.LedgerExtend(ctx, "job-1", later); err != nil || !e.Deadline.Equal(later) {
-		t.Fatalf("extend = %+v, %v", e, err)
-	}
 	e, err = s.LedgerClose(ctx, "job-1", "completed")
 	if err != nil || e.State != store.LedgerTerminated || e.TerminatedAt.IsZero() || e.Reason != "completed" || e.ExpiresAt.IsZero() {
 		t.Fatalf("closed = %+v, %v", e, err)
@@ -63,9 +59,6 @@ func TestLedgerLifecycle(t *testing.T) {
 	// A create that finishes after a cancel closed the entry must learn it.
 	if _, err := s.LedgerRunning(ctx, "job-1", "prov-123"); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("running after close: %v, want ErrConflict", err)
-	}
-	if _, err := s.LedgerExtend(ctx, "job-1", later); !errors.Is(err, store.ErrConflict) {
-		t.Fatalf("extend after close: %v, want ErrConflict", err)
 	}
 	// The name may be used again, as a fresh live entry without a TTL.
 	e, err = s.LedgerBegin(ctx, store.LedgerEntry{Name: "job-1", Provider: "local", Owner: "job:job-1", Deadline: deadline})

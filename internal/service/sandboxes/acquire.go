@@ -1,0 +1,191 @@
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// Request is a sandbox an owner wants.
+type Request struct {
+	Owner Owner
+	// Spec is what to create. Spec.Name is required: it keys the ledger
+	// entry, and it makes Acquire idempotent for the owner.
+	Spec providers.CreateSpec
+	// Unblock, when set, is called once if the provider refuses the create
+	// with FailedPrecondition (something the owner holds is in the way, such
+	// as its volume still mounted by a sandbox nothing refers to); the
+	// create is then tried once more. It may release the owner's sandboxes,
+	// this one's entry included: the entry is written again before the
+	// second create.
+	Unblock func(ctx context.Context) error
+	// Ready, when set, warms the new sandbox up before Acquire returns it
+	// (installs what it needs, waits until it answers). If it fails, the
+	// sandbox is released and Ready's error returned as it is. An adopted
+	// sandbox is not warmed up again.
+	Ready func(ctx context.Context, sb providers.Sandbox) error
+}
+
+// Lease is an acquired sandbox.
+type Lease struct {
+	Sandbox providers.Sandbox
+	// Adopted: the owner already held this sandbox under the name (an
+	// earlier attempt created it and recorded it running), and it still
+	// runs; nothing was created.
+	Adopted bool
+}
+
+// deadline is the latest a sandbox may live: the reaper terminates live
+// entries past it. The provider ends it at its lifetime; the minute covers
+// the create itself.
+func (m *Manager) deadline(spec providers.CreateSpec) time.Time {
+	return m.now().Add(spec.Lifetime + time.Minute)
+}
+
+func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, error) {
+	e := store.LedgerEntry{
+		Name:     req.Spec.Name,
+		Provider: m.name,
+		Owner:    req.Owner.String(),
+		Tenant:   req.Owner.Tenant,
+		Labels:   req.Spec.Labels,
+		Deadline: m.deadline(req.Spec),
+	}
+	if req.Owner.Parent != nil {
+		e.Parent = req.Owner.Parent.String()
+	}
+	got, err := m.st.LedgerBegin(ctx, e)
+	if err != nil {
+		return got, fmt.Errorf("ledger: %w", err)
+	}
+	return got, nil
+}
+
+// Acquire returns a running sandbox for req.Owner named req.Spec.Name.
+// The ledger entry is written before the create, so a crash between the
+// two leaves a "creating" entry that ReleaseOwner and Reconcile resolve. A
+// retried Acquire (same owner and name) finds the running entry and adopts
+// its sandbox when it still runs; when it is gone, the entry is closed and
+// a new sandbox created under the name. A name held live by another owner
+// is store.ErrConflict.
+//
+// Errors: a *CreateError when the provider did not create it; ErrReleased
+// when the owner was released while the create ran; Ready's own error; a
+// store error (wrapped) when the ledger could not be written.
+func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
+	spec := req.Spec
+	if spec.Name == "" || req.Owner.Kind == "" || req.Owner.Key == "" {
+		return Lease{}, fmt.Errorf("acquire: a sandbox needs a name and an owner: %w", store.ErrInvalid)
+	}
+	entry, err := m.begin(ctx, req)
+	if err != nil {
+		return Lease{}, err
+	}
+	if entry.State == store.LedgerRunning && entry.ProviderID != "" {
+		sb, err := m.prov.Get(ctx, entry.ProviderID)
+		if err == nil && sb.State == providers.StateRunning {
+			m.log.Info("reusing sandbox", "owner", req.Owner.String(), "name", spec.Name, "sandbox_id", sb.ID)
+			return Lease{Sandbox: sb, Adopted: true}, nil
+		}
+		if err != nil && !providers.IsNotFound(err) {
+			return Lease{}, fmt.Errorf("look up sandbox %s: %w", entry.ProviderID, err)
+		}
+		// It is gone (expired or preempted): close the entry and start over.
+		if _, err := m.st.LedgerClose(ctx, spec.Name, "gone"); err != nil {
+			return Lease{}, fmt.Errorf("ledger: %w", err)
+		}
+		if _, err := m.begin(ctx, req); err != nil {
+			return Lease{}, err
+		}
+	}
+	sb, err := m.create(ctx, req)
+	if err != nil {
+		m.endLostCreate(ctx, spec, err)
+		if _, cerr := m.st.LedgerClose(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
+			m.log.Warn("ledger close after a failed create", "name", spec.Name, "err", cerr)
+		}
+		return Lease{}, &CreateError{Name: spec.Name, Err: err}
+	}
+	if _, err := m.st.LedgerRunning(ctx, spec.Name, sb.ID); err != nil {
+		// Closed meanwhile (the owner was released), or the store failed:
+		// either way this sandbox must not outlive the call untracked.
+		if rerr := m.end(context.WithoutCancel(ctx), req.Owner.String(), spec.Name, sb.ID, "released during create"); rerr != nil {
+			m.log.Error("terminate a sandbox whose ledger entry could not be marked running", "sandbox_id", sb.ID, "err", rerr)
+		}
+		if errors.Is(err, store.ErrConflict) {
+			return Lease{}, fmt.Errorf("%w: %w", ErrReleased, err)
+		}
+		return Lease{}, fmt.Errorf("ledger: %w", err)
+	}
+	if req.Ready != nil {
+		if err := req.Ready(ctx, sb); err != nil {
+			if rerr := m.end(context.WithoutCancel(ctx), req.Owner.String(), spec.Name, sb.ID, "warm-up failed"); rerr != nil {
+				m.log.Error("terminate a sandbox that could not be used", "sandbox_id", sb.ID, "err", rerr)
+			}
+			return Lease{}, err
+		}
+	}
+	m.log.Info("sandbox created", "owner", req.Owner.String(), "name", spec.Name, "sandbox_id", sb.ID)
+	return Lease{Sandbox: sb}, nil
+}
+
+// create asks the provider, handling the answers that do not mean failure.
+func (m *Manager) create(ctx context.Context, req Request) (providers.Sandbox, error) {
+	sb, err := m.prov.Create(ctx, req.Spec)
+	if providers.CodeOf(err) == providers.FailedPrecondition && req.Unblock != nil {
+		if uerr := req.Unblock(ctx); uerr != nil {
+			m.log.Warn("unblocking a create", "name", req.Spec.Name, "err", uerr)
+		}
+		if _, berr := m.begin(ctx, req); berr != nil {
+			return providers.Sandbox{}, berr
+		}
+		sb, err = m.prov.Create(ctx, req.Spec)
+	}
+	if providers.CodeOf(err) == providers.AlreadyExists {
+		// A previous attempt created it but did not live to record it.
+		sb, err = m.findByName(ctx, req.Spec.Name)
+	}
+	return sb, err
+}
+
+// endLostCreate handles a create that failed in a way that does not say
+// whether the sandbox was made (the plugin died during the call, the answer
+// timed out): where the provider finds sandboxes by name, one that was made
+// is terminated before its ledger entry closes. Elsewhere (Sandy has no
+// names and no listing) it cannot be found, and it ends at the lifetime it
+// was created with.
+func (m *Manager) endLostCreate(ctx context.Context, spec providers.CreateSpec, cause error) {
+	name := spec.Name
+	switch providers.CodeOf(cause) {
+	case providers.Unavailable, providers.DeadlineExceeded, providers.Internal:
+	default:
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	sb, err := m.findByName(ctx, name)
+	switch {
+	case err == nil:
+		if terr := m.prov.Terminate(ctx, sb.ID); terr != nil {
+			m.log.Error("terminate the sandbox of a create whose answer was lost", "sandbox_id", sb.ID, "err", terr)
+		}
+	case providers.IsUnsupported(err):
+		m.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", scrub(cause, spec))
+	}
+}
+
+// scrub is err's message without the values of the spec's secrets, which a
+// provider's error might echo: logs never hold them.
+func scrub(err error, spec providers.CreateSpec) string {
+	msg := err.Error()
+	for _, sec := range spec.Secrets {
+		if sec.Value != "" {
+			msg = strings.ReplaceAll(msg, sec.Value, "[redacted:"+sec.Name+"]")
+		}
+	}
+	return msg
+}

@@ -1,0 +1,211 @@
+// Package sandboxes is the one owner of the sandbox lifecycle: the only code
+// outside the providers that calls a provider's Create and Terminate, and the
+// only code that writes the sandbox ledger. Research jobs, sessions, the
+// reaper and the local stack's shutdown ask it for sandboxes and give them
+// back; none of them repeats the protocol.
+//
+// The protocol, as Nomad's task runner keeps it for a driver: a ledger entry
+// is written before every create, so no sandbox is ever untracked (a crash
+// between the two leaves a "creating" entry that Reconcile resolves); the
+// entry is marked running with the provider's id once the create answers;
+// every terminate is followed by closing the entry. A sandbox belongs to an
+// Owner (a job, a session; later a parent sandbox), recorded in its entry, so
+// everything an owner holds can be found and released together.
+package sandboxes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// Kinds of owners.
+const (
+	KindJob     = "job"
+	KindSession = "session"
+)
+
+// Owner is who a sandbox belongs to.
+type Owner struct {
+	// Kind is what the owner is (KindJob, KindSession).
+	Kind string
+	// Key is the owner's internal key (package ids): never a client's id,
+	// which is unique within its tenant only.
+	Key    string
+	Tenant string
+	// Parent is the owner's own owner, when it has one (a child sandbox
+	// started by an agent in its parent). It is recorded in the ledger.
+	Parent *Owner
+	// Labels, when set, are labels every sandbox of the owner carries at
+	// the provider: ReleaseOwner also ends the sandboxes the provider
+	// lists with all of them, strays the ledger lost track of.
+	Labels map[string]string
+}
+
+// JobOwner is the owner of a research job's sandboxes.
+func JobOwner(key, tenant string) Owner { return Owner{Kind: KindJob, Key: key, Tenant: tenant} }
+
+// SessionOwner is the owner of a session's sandboxes.
+func SessionOwner(key, tenant string) Owner {
+	return Owner{Kind: KindSession, Key: key, Tenant: tenant}
+}
+
+// String is the owner as the ledger records it: "<kind>:<key>".
+func (o Owner) String() string { return o.Kind + ":" + o.Key }
+
+// ParseOwner reads an owner as the ledger records it. Only Kind and Key
+// come back.
+func ParseOwner(s string) Owner {
+	kind, key, _ := strings.Cut(s, ":")
+	return Owner{Kind: kind, Key: key}
+}
+
+// Options configure a Manager.
+type Options struct {
+	Store    *store.Store
+	Provider providers.Provider
+	// ProviderName is recorded in every ledger entry; Reconcile leaves
+	// entries of other providers alone (it can neither see nor stop them).
+	ProviderName string
+	Logger       *slog.Logger
+	// Now is the clock of deadlines (default time.Now).
+	Now func() time.Time
+}
+
+// Manager acquires and releases sandboxes. It is safe for concurrent use
+// and holds no state of its own beyond the provider's capabilities: several
+// Managers over one store and provider agree.
+type Manager struct {
+	st   *store.Store
+	prov providers.Provider
+	name string
+	log  *slog.Logger
+	now  func() time.Time
+
+	capsMu sync.Mutex
+	caps   *providers.Capabilities
+}
+
+// New returns a Manager. Store and Provider are required.
+func New(o Options) *Manager {
+	if o.Store == nil || o.Provider == nil {
+		panic("sandboxes.New: Store and Provider are required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now}
+}
+
+// Find returns the ledger entry of the sandbox named name; store.ErrNotFound
+// when the ledger never knew it.
+func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, error) {
+	return m.st.LedgerGet(ctx, name)
+}
+
+// capabilities asks the provider once; a failure is not remembered.
+func (m *Manager) capabilities(ctx context.Context) (providers.Capabilities, error) {
+	m.capsMu.Lock()
+	defer m.capsMu.Unlock()
+	if m.caps != nil {
+		return *m.caps, nil
+	}
+	info, err := m.prov.Info(ctx)
+	if err != nil {
+		return providers.Capabilities{}, fmt.Errorf("provider: %w", err)
+	}
+	m.caps = &info.Capabilities
+	return info.Capabilities, nil
+}
+
+// CreateError is an Acquire whose create the provider refused or did not
+// answer. The ledger entry is closed; where the provider finds sandboxes by
+// name, one the create made anyway was terminated. Its message is the
+// provider's, which callers show to users: the name (an internal key) is
+// not in it.
+type CreateError struct {
+	Name string
+	Err  error
+}
+
+func (e *CreateError) Error() string { return e.Err.Error() }
+func (e *CreateError) Unwrap() error { return e.Err }
+
+// TerminateError is a release whose terminate failed: the sandbox may
+// still run, and its ledger entry stays live for the next release or
+// Reconcile.
+type TerminateError struct {
+	ID  string
+	Err error
+}
+
+func (e *TerminateError) Error() string { return "terminate sandbox " + e.ID + ": " + e.Err.Error() }
+func (e *TerminateError) Unwrap() error { return e.Err }
+
+// ErrReleased is an Acquire whose ledger entry was closed while the create
+// ran (the owner was released meanwhile, e.g. a cancelled job's cleanup):
+// the sandbox just made was terminated.
+var ErrReleased = errors.New("the sandbox was released while it was being acquired")
+
+// ErrNotOwner is a Release of a sandbox another owner holds.
+var ErrNotOwner = errors.New("the sandbox belongs to another owner")
+
+// lookupByName finds the live sandbox named name at the provider, for an
+// entry whose create did not live to record the provider's id. It is ""
+// when there is none, or when the provider cannot list (such a sandbox ends
+// at the lifetime it was created with).
+func (m *Manager) lookupByName(ctx context.Context, name string) (string, error) {
+	sb, err := m.findByName(ctx, name)
+	switch {
+	case err == nil:
+		return sb.ID, nil
+	case providers.IsNotFound(err), providers.IsUnsupported(err):
+		return "", nil
+	}
+	return "", fmt.Errorf("find sandbox %s: %w", name, err)
+}
+
+func (m *Manager) findByName(ctx context.Context, name string) (providers.Sandbox, error) {
+	list, err := m.prov.List(ctx, providers.ListFilter{Name: name})
+	if err != nil {
+		return providers.Sandbox{}, err
+	}
+	for _, sb := range list {
+		if sb.Name == name && (sb.State == providers.StateRunning || sb.State == "") {
+			return sb, nil
+		}
+	}
+	return providers.Sandbox{}, providers.Errorf(providers.NotFound, "find", "no live sandbox named %q", name)
+}
+
+// end terminates the sandbox id (when known) and closes the entry name
+// (when known). What the sandbox sent and received is logged first, read
+// while it lives.
+func (m *Manager) end(ctx context.Context, owner, name, id, reason string) error {
+	if id != "" {
+		if sb, err := m.prov.Get(ctx, id); err == nil {
+			m.log.Info("sandbox network usage", "owner", owner, "sandbox_id", id, "network", sb.Network)
+		}
+		if err := m.prov.Terminate(ctx, id); err != nil {
+			return &TerminateError{ID: id, Err: err}
+		}
+	}
+	if name != "" {
+		if _, err := m.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("ledger close %s: %w", name, err)
+		}
+	}
+	return nil
+}
