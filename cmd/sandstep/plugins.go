@@ -19,9 +19,9 @@ import (
 )
 
 func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plugins", stderr)
+	fs := newFlags("plugins", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
 	cfg, err := config.Load(*cfgPath)

@@ -20,12 +20,12 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
 	addr := fs.String("addr", "", "listen address, loopback only unless [server] allow_non_loopback (default: [server] addr, 127.0.0.1:8080)")
 	dataDir := fs.String("data-dir", "", "folder for DynamoDB Local's data and the local provider's state (default: [server] data_dir)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
 	logger := newLogger(stderr, *logLevel)
@@ -47,6 +47,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", srv.token)
 	} else {
 		fmt.Fprintln(stdout, "  or: bin/sandstep research \"what is bubblewrap\"")
+	}
+
+	if srv.url != "http://"+dialAddr(srv.cfg.Server.Addr) {
+		// Client commands look for the server at [server] addr.
+		fmt.Fprintf(stdout, "client commands: export %s=%s (this server does not listen on [server] addr)\n", envServer, srv.url)
 	}
 
 	select {
