@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -121,9 +122,44 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")
 	} else {
 		p.PluginDir = resolve(c.Dir, p.PluginDir)
+		p.checkKnown(c, r)
 	}
 	p.Local.check(c, r)
 	p.Sandy.check(p.Name == "sandy", r)
+}
+
+// checkKnown catches a misspelt provider name as unknown keys are caught:
+// a name with no plugin binary in plugin_dir that is near one that has a
+// binary there, one sandstep ships, or one the file has a table for. A name
+// near none of them may be a plugin not built yet, which starting it says.
+func (p *ProviderConfig) checkKnown(c *Config, r *report) {
+	if _, err := os.Stat(c.PluginPath(p.Name)); err == nil {
+		return
+	}
+	var known []string
+	for name := range tomlFields(reflect.TypeFor[ProviderConfig]()) {
+		if name != "name" && name != "plugin_dir" {
+			known = append(known, name)
+		}
+	}
+	for name := range c.thirdParty {
+		known = append(known, name)
+	}
+	if entries, err := os.ReadDir(p.PluginDir); err == nil {
+		for _, e := range entries {
+			if name, ok := strings.CutPrefix(e.Name(), "sandstep-provider-"); ok && name != "" && !e.IsDir() {
+				known = append(known, name)
+			}
+		}
+	}
+	slices.Sort(known)
+	if slices.Contains(known, p.Name) {
+		return
+	}
+	if best := closest(p.Name, slices.Compact(known)); best != "" {
+		r.add("provider.name", "provider.name: unknown provider %q (did you mean %q?): there is no sandstep-provider-%s in %s",
+			p.Name, best, p.Name, p.PluginDir)
+	}
 }
 
 func (l *LocalSettings) setDefaults() {
