@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
@@ -148,7 +149,7 @@ func absPath(p string) string {
 // quietLogger relays plugin logs at warning level and above, so that listing
 // plugins prints a table, not their start-up chatter.
 func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(logging.NewHandler(w, logging.Options{Level: slog.LevelWarn, Text: true}))
 }
 
 func absDir(p string) (string, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/service/logging"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -28,7 +29,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := positional(fs, args); err != nil {
 		return err
 	}
-	logger := newLogger(stderr, *logLevel)
+	logger, err := logging.New(stderr, *logLevel)
+	if err != nil {
+		return usageError(fs, "--log-level: %v", err)
+	}
 	slog.SetDefault(logger)
 	srv, err := startServer(ctx, *cfgPath, *addr, *dataDir, logger)
 	if err != nil {
@@ -139,12 +143,4 @@ func randomToken() string {
 	b := make([]byte, 24)
 	rand.Read(b)
 	return "sdt_" + hex.EncodeToString(b)
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }

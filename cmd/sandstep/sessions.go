@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -190,7 +191,10 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if serverAnswers(ctx, cfg.Server.Addr) {
 		return fmt.Errorf("a sandstep server answers at http://%s: it runs the cleanup every %s itself, over the same state; stop it to reap by hand", cfg.Server.Addr, cfg.Sessions.ReaperInterval)
 	}
-	log := newLogger(stderr, *logLevel)
+	log, err := logging.New(stderr, *logLevel)
+	if err != nil {
+		return usageError(fs, "--log-level: %v", err)
+	}
 	ddb, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(cfg.Server.DataDir, "dynamodb")})
 	if err != nil {
 		return fmt.Errorf("DynamoDB Local: %w", err)

@@ -14,6 +14,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -75,6 +77,7 @@ func Serve(p providers.Provider) {
 	}
 	slog.SetDefault(slog.New(newPluginLogHandler(stderr, slogLevel(level))))
 	watchHost()
+	ignoreTerm()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{
@@ -87,4 +90,22 @@ func Serve(p providers.Provider) {
 			JSONFormat: true,
 		}),
 	})
+}
+
+// ignoreTerm keeps the plugin alive through a SIGTERM: the host ends its
+// plugin (Client.Close), after using it to stop what runs, and the plugin
+// dies with the host in any case (watchHost, the parent-death signal). A
+// SIGTERM sent to the host's whole process group (systemd stopping the
+// service, timeout(1)) would otherwise end the plugin first, with an error
+// in the host's log and no plugin to terminate sandboxes through. go-plugin
+// does the same with SIGINT. The signal is caught, not ignored: an ignored
+// signal would stay ignored in the processes the plugin starts.
+func ignoreTerm() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	go func() {
+		for range ch {
+			slog.Debug("SIGTERM ignored: the host ends its plugin")
+		}
+	}()
 }

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -88,7 +89,7 @@ func New() *Provider {
 	// pick any up by accident.
 	t.Proxy = nil
 	return &Provider{
-		log:       slog.New(lateHandler{}).With("provider", "sandy"),
+		log:       logging.Default("provider", "sandy"),
 		transport: t,
 		records:   make(map[string]*record),
 		gone:      make(map[string]time.Time),

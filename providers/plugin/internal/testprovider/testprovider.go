@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -52,6 +53,9 @@ type Settings struct {
 
 // Provider is the in-memory provider. The zero value is not usable; call New.
 type Provider struct {
+	// log is made in New, before plugin.Serve sets up logging, as a real
+	// provider's is.
+	log       *slog.Logger
 	mu        sync.Mutex
 	settings  Settings
 	secrets   map[string]string
@@ -81,6 +85,7 @@ var _ providers.Provider = (*Provider)(nil)
 // New returns an empty provider named "test".
 func New() *Provider {
 	return &Provider{
+		log:       logging.Default("provider", "test"),
 		settings:  Settings{Name: "test"},
 		sandboxes: map[string]*sandbox{},
 		snapshots: map[string]providers.Snapshot{},
@@ -124,6 +129,7 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settings, p.secrets, p.defaults = s, cfg.Secrets, cfg.Defaults
+	p.log.Info("configured", "name", s.Name, "took", 1500*time.Microsecond)
 	return nil
 }
 
