@@ -81,6 +81,23 @@ func TestServeLogIsReadable(t *testing.T) {
 		t.Errorf("no duration in ms:\n%s", errb.String())
 	}
 
+	// Served elsewhere (make run ADDR=...), the banner tells the client
+	// commands where to look.
+	other := freeAddr(t)
+	serveCtx, stop = context.WithCancel(ctx)
+	var banner testlog.Buffer
+	go func() { done <- run(serveCtx, []string{"serve", "--config", cfg, "--addr", other}, &banner, &testlog.Buffer{}) }()
+	want := "client commands: export SANDSTEP_URL=http://" + other + " (this server does not listen on [server] addr)\n"
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(banner.String(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve --addr banner:\n%s", banner.String())
+		}
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("serve --addr exited %d:\n%s", code, banner.String())
+	}
+
 	r := runCLI(ctx, "serve", "--config", cfg, "--log-level", "loud")
 	wantCode(t, r, 2)
 	if !strings.HasPrefix(r.stderr, `sandstep serve: --log-level: unknown log level "loud" (debug, info, warn or error)`) {
