@@ -252,6 +252,16 @@ func TestLiveViewRedrawsInPlaceOnlyOnATerminal(t *testing.T) {
 	if err := unix.IoctlSetTermios(int(pts.Fd()), unix.TCSETS, tio); err != nil {
 		t.Fatal(err)
 	}
+	// run-code with a terminal for standard input and no code says what is
+	// missing instead of waiting for an end of file.
+	stdin = pts
+	r := runCLI(testCtx(t), "run-code", "--server", "http://127.0.0.1:1", "--token", testToken)
+	stdin = os.Stdin
+	wantCode(t, r, 2)
+	if !strings.HasPrefix(r.stderr, "sandstep run-code: missing the code: FILE, -e CODE, or code piped to standard input\n") {
+		t.Fatalf("run-code on a terminal: %+v", r)
+	}
+
 	v = newLiveView(pts)
 	if !v.tty || v.width != 40 {
 		t.Fatalf("the pty is not seen as a 40-column terminal: %+v", v)

@@ -24,14 +24,19 @@ type liveView struct {
 }
 
 func newLiveView(w io.Writer) *liveView {
-	v := &liveView{w: w}
-	if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
-		v.tty = true
-		if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil {
+	v := &liveView{w: w, tty: isTerminal(w)}
+	if v.tty {
+		if ws, err := unix.IoctlGetWinsize(int(w.(*os.File).Fd()), unix.TIOCGWINSZ); err == nil {
 			v.width = int(ws.Col)
 		}
 	}
 	return v
+}
+
+// isTerminal reports whether f (a reader or writer) is a terminal.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && isatty.IsTerminal(file.Fd())
 }
 
 // show replaces the view on a terminal, else appends it.

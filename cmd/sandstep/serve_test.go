@@ -86,7 +86,9 @@ func TestServeLogIsReadable(t *testing.T) {
 	other := freeAddr(t)
 	serveCtx, stop = context.WithCancel(ctx)
 	var banner testlog.Buffer
-	go func() { done <- run(serveCtx, []string{"serve", "--config", cfg, "--addr", other}, &banner, &testlog.Buffer{}) }()
+	go func() {
+		done <- run(serveCtx, []string{"serve", "--config", cfg, "--addr", other}, &banner, &testlog.Buffer{})
+	}()
 	want := "client commands: export SANDSTEP_URL=http://" + other + " (this server does not listen on [server] addr)\n"
 	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(banner.String(), want); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -99,6 +99,10 @@ func runRunCode(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				*language = lang
 			}
 		}
+	case src == "" && isTerminal(stdin):
+		// Reading a terminal to its end would wait, silently, for a
+		// Ctrl-D the user does not know to type.
+		return usageError(fs, "missing the code: FILE, -e CODE, or code piped to standard input")
 	case src == "":
 		b, err := io.ReadAll(stdin)
 		if err != nil {
