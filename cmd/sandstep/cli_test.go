@@ -46,7 +46,7 @@ func TestVersionAndHelp(t *testing.T) {
 		}
 		help := runCLI(ctx, "help", name)
 		wantCode(t, help, 0)
-		want := fmt.Sprintf("usage: sandstep %s %s\n\n%s.\n", name, c.args, upperFirst(c.summary))
+		want := fmt.Sprintf("%s\n\n%s.\n", strings.TrimSpace("usage: sandstep "+name+" "+c.args), upperFirst(c.summary))
 		if !strings.HasPrefix(help.stdout, want) || help.stderr != "" {
 			t.Fatalf("help %s:\n%s\nwant it to start:\n%s", name, help.stdout, want)
 		}

@@ -144,10 +144,15 @@ func newFlags(name string, stdout, stderr io.Writer) *flags {
 	return f
 }
 
+// synopsis is the usage line.
+func (f *flags) synopsis() string {
+	return strings.TrimSpace("usage: sandstep " + f.name + " " + f.cmd.args)
+}
+
 // printHelp prints the whole usage to stdout.
 func (f *flags) printHelp() {
 	var b strings.Builder
-	fmt.Fprintf(&b, "usage: sandstep %s %s\n\n%s.\n", f.name, f.cmd.args, upperFirst(f.cmd.summary))
+	fmt.Fprintf(&b, "%s\n\n%s.\n", f.synopsis(), upperFirst(f.cmd.summary))
 	if f.cmd.more != "" {
 		fmt.Fprintf(&b, "\n%s\n", f.cmd.more)
 	}
@@ -238,7 +243,7 @@ func positional(fs *flags, args []string, names ...string) ([]string, error) {
 
 // usageError prints what is wrong with the command line and the synopsis.
 func usageError(fs *flags, format string, args ...any) error {
-	fmt.Fprintf(fs.stderr, "sandstep %s: %s\nusage: sandstep %s %s\nRun 'sandstep help %s' for the flags.\n",
-		fs.name, fmt.Sprintf(format, args...), fs.name, fs.cmd.args, fs.name)
+	fmt.Fprintf(fs.stderr, "sandstep %s: %s\n%s\nRun 'sandstep help %s' for the flags.\n",
+		fs.name, fmt.Sprintf(format, args...), fs.synopsis(), fs.name)
 	return errUsage
 }
