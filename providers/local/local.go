@@ -62,10 +62,10 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Paths inside every sandbox.
@@ -185,7 +185,7 @@ type settings struct {
 // New returns an unconfigured provider.
 func New() *Provider {
 	return &Provider{
-		log:     logging.Default("provider", "local"),
+		log:     plugin.Logger("provider", "local"),
 		cache:   make(map[string]*sandbox),
 		flights: make(map[string]*flight),
 		stop:    make(chan struct{}),

@@ -21,6 +21,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/providers"
 	pb "github.com/sandstep/sandstep/providers/proto"
 )
@@ -91,6 +92,14 @@ func Serve(p providers.Provider) {
 		}),
 	})
 }
+
+// Logger returns a logger for a provider to keep from its constructor. It
+// writes through the logger Serve sets up even when made before Serve runs,
+// as main builds the provider first: the host then shows each line with
+// its own level and attributes. A logger taken from slog.Default() in the
+// constructor would write through the standard library's text handler,
+// and the host would show "INFO configured ..." as a message.
+func Logger(args ...any) *slog.Logger { return logging.Default(args...) }
 
 // ignoreTerm keeps the plugin alive through a SIGTERM: the host ends its
 // plugin (Client.Close), after using it to stop what runs, and the plugin

@@ -49,9 +49,9 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Provider is the Sandy provider. It is safe for concurrent use.
@@ -89,7 +89,7 @@ func New() *Provider {
 	// pick any up by accident.
 	t.Proxy = nil
 	return &Provider{
-		log:       logging.Default("provider", "sandy"),
+		log:       plugin.Logger("provider", "sandy"),
 		transport: t,
 		records:   make(map[string]*record),
 		gone:      make(map[string]time.Time),

@@ -41,8 +41,8 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Settings is the provider's configuration.
@@ -85,7 +85,7 @@ var _ providers.Provider = (*Provider)(nil)
 // New returns an empty provider named "test".
 func New() *Provider {
 	return &Provider{
-		log:       logging.Default("provider", "test"),
+		log:       plugin.Logger("provider", "test"),
 		settings:  Settings{Name: "test"},
 		sandboxes: map[string]*sandbox{},
 		snapshots: map[string]providers.Snapshot{},
