@@ -78,9 +78,10 @@ func TestUsageErrorsNameTheProblem(t *testing.T) {
 		{[]string{"serve", "extra"}, "sandstep serve: unexpected argument \"extra\"\n"},
 		{[]string{"run-code", "-e", "1", "--language", "ruby"}, "sandstep run-code: --language \"ruby\" is not one of typescript, javascript, python, shell\n"},
 		{[]string{"run-code", "a.py", "-e", "1"}, "sandstep run-code: both FILE \"a.py\" and -e given: pass one of them\n"},
-		{[]string{"sessions"}, "sandstep sessions: missing the subcommand (show, open or delete)\n"},
+		{[]string{"sessions", "list", "x"}, "sandstep sessions: list: unexpected argument \"x\"\n"},
 		{[]string{"sessions", "delete"}, "sandstep sessions: delete: missing SID\n"},
-		{[]string{"sessions", "drop", "x"}, "sandstep sessions: unknown subcommand \"drop\" (show, open or delete)\n"},
+		{[]string{"sessions", "drop", "x"}, "sandstep sessions: unknown subcommand \"drop\" (list, show, open or delete)\n"},
+		{[]string{"jobs", "x"}, "sandstep jobs: unexpected argument \"x\"\n"},
 	} {
 		r := runCLI(ctx, tc.args...)
 		wantCode(t, r, 2)

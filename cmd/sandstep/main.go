@@ -39,6 +39,7 @@ func commands() map[string]command {
 		"research": {`"QUERY" [flags]`, "run a deep-research query on a server: live steps, then the report",
 			"The steps redraw in place on a terminal and are appended when the output is not one.", runResearch},
 		"submit": {`"QUERY" [flags]`, "submit a deep-research job to a server; --wait follows it to the end", "", runSubmit},
+		"jobs":   {"[flags]", "list your jobs, newest first", "", runJobs},
 		"status": {"ID [flags]", "show a job's status, phase and steps", "", runStatus},
 		"events": {"ID [flags]", "print a job's events; --follow streams them until the job ends", "", runEvents},
 		"cancel": {"ID [flags]", "cancel a job", "", runCancel},
@@ -47,9 +48,9 @@ func commands() map[string]command {
 			"The code comes from FILE, from -e, or from standard input. Its output goes to stdout and stderr, then the\n" +
 				"value of its last expression as JSON. The language is --language, else FILE's extension, else javascript\n" +
 				"(said on stderr when assumed).", runRunCode},
-		"sessions": {"show SID | open SID | delete SID [flags]", "show, open or delete one of your run-code sessions",
-			"show prints the session's record; open opens it (in warm mode its sandbox starts); delete closes its\n" +
-				"sandbox and deletes its volume, with its files, now.", runSessions},
+		"sessions": {"[list | show SID | open SID | delete SID] [flags]", "list your run-code sessions; show, open or delete one",
+			"list (the default) lists your sessions, newest first; show prints one session's record; open opens it\n" +
+				"(in warm mode its sandbox starts); delete closes its sandbox and deletes its volume, with its files, now.", runSessions},
 		"reap": {"[flags]", "run one cleanup pass over the local state: expired session volumes, idle sandboxes, leaked sandboxes",
 			"Runs the pass `sandstep serve` runs every [sessions] reaper_interval: deletes session volumes idle past their\n" +
 				"TTL, closes idle session sandboxes, terminates sandboxes nothing needs or the ledger does not know.\n" +

@@ -32,10 +32,15 @@ type sessionItem struct {
 		ID    string `json:"id"`
 		Alive bool   `json:"alive"`
 	} `json:"sandbox"`
+	// SandboxID is a listing's: it does not ask the provider whether the
+	// sandbox is alive.
+	SandboxID *string `json:"sandbox_id"`
 }
 
 func (s sessionItem) sandbox() string {
 	switch {
+	case s.Sandbox == nil && s.SandboxID != nil:
+		return *s.SandboxID
 	case s.Sandbox == nil:
 		return "-"
 	case s.Sandbox.Alive:
@@ -48,15 +53,16 @@ func sessionPath(sid string) string { return "/v1/sessions/" + url.PathEscape(si
 
 func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sessions", stdout, stderr)
+	lf := addListFlags(fs, "sessions", "state", "idle, running, deleting, deleted")
 	cf := addClientFlags(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) == 0 {
-		return usageError(fs, "missing the subcommand (show, open or delete)")
+	sub := "list"
+	if len(pos) > 0 {
+		sub, pos = pos[0], pos[1:]
 	}
-	sub, pos := pos[0], pos[1:]
 	need := func(names ...string) error {
 		switch {
 		case len(pos) < len(names):
@@ -67,16 +73,22 @@ func runSessions(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return nil
 	}
 	switch sub {
+	case "list":
+		err = need()
 	case "show", "open", "delete":
+		err = need("SID")
 	default:
-		return usageError(fs, "unknown subcommand %q (show, open or delete)", sub)
+		return usageError(fs, "unknown subcommand %q (list, show, open or delete)", sub)
 	}
-	if err := need("SID"); err != nil {
+	if err != nil {
 		return err
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
+	}
+	if sub == "list" {
+		return listSessions(ctx, c, lf, *cf.json, stdout, stderr)
 	}
 	sid := pos[0]
 	method := map[string]string{"show": http.MethodGet, "open": http.MethodPost, "delete": http.MethodDelete}[sub]
