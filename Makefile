@@ -82,8 +82,11 @@ soak: deps build
 	SOAK_N=$(N) SOAK_SEED=$(SEED) SOAK_REPORT=$(BIN)/soak.json \
 	  $(GO) test -count=1 -run '^TestSoak$$' -timeout $$(( $(N) * 6 + 600 ))s -v ./internal/testkit/soak
 
+# ADDR=host:port listens there instead of [server] addr (client commands
+# then need SANDSTEP_URL=http://host:port or --server).
+ADDR ?=
 run: deps build
-	$(BIN)/sandstep serve
+	$(BIN)/sandstep serve $(if $(ADDR),--addr $(ADDR))
 
 clean:
 	rm -rf $(BIN)

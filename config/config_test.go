@@ -519,3 +519,38 @@ func BenchmarkLoadShipped(b *testing.B) {
 		}
 	}
 }
+
+// A misspelt provider name gets a suggestion, as an unknown key does: a
+// name sandstep ships, one with a table in the file, or one whose plugin
+// is built. A name near none of them may be a plugin not built yet.
+func TestProviderNameTypo(t *testing.T) {
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "bin", "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(plugins, "sandstep-provider-modal"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	parse := func(src string) string {
+		_, err := config.Parse([]byte(src), "config.toml", dir)
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	for src, want := range map[string]string{
+		"[provider]\nname = \"lcoal\"\n":                        `config.toml:2: provider.name: unknown provider "lcoal" (did you mean "local"?): there is no sandstep-provider-lcoal in ` + plugins,
+		"\n[provider]\nname = \"sandyy\"\n":                     `config.toml:3: provider.name: unknown provider "sandyy" (did you mean "sandy"?)`,
+		"[provider]\nname = \"modl\"\n":                         `config.toml:2: provider.name: unknown provider "modl" (did you mean "modal"?)`,
+		"[provider]\nname = \"acne\"\n[provider.acme]\nx = 1\n": `config.toml:2: provider.name: unknown provider "acne" (did you mean "acme"?)`,
+		"[provider]\nname = \"modal\"\n":                        "",
+		"[provider]\nname = \"local\"\n":                        "",
+		"[provider]\nname = \"acme\"\n[provider.acme]\nx = 1\n": "",
+		"[provider]\nname = \"firecracker\"\n":                  "",
+	} {
+		if got := parse(src); (want == "") != (got == "") || !strings.HasPrefix(got, want) {
+			t.Errorf("%q: got %q, want %q", src, got, want)
+		}
+	}
+}

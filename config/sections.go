@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
@@ -114,6 +117,39 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")
 	} else {
 		p.PluginDir = resolve(c.Dir, p.PluginDir)
+		p.checkKnown(c, r)
+	}
+}
+
+// shippedProviders are the provider plugins sandstep builds.
+var shippedProviders = []string{"local", "sandy"}
+
+// checkKnown catches a misspelt provider name as unknown keys are caught:
+// a name with no plugin binary in plugin_dir that is near one that has a
+// binary there, one sandstep ships, or one the file has a table for. A name
+// near none of them may be a plugin not built yet, which starting it says.
+func (p *ProviderConfig) checkKnown(c *Config, r *report) {
+	if _, err := os.Stat(c.PluginPath(p.Name)); err == nil {
+		return
+	}
+	known := slices.Clone(shippedProviders)
+	for name := range c.providerTables {
+		known = append(known, name)
+	}
+	if entries, err := os.ReadDir(p.PluginDir); err == nil {
+		for _, e := range entries {
+			if name, ok := strings.CutPrefix(e.Name(), "sandstep-provider-"); ok && name != "" && !e.IsDir() {
+				known = append(known, name)
+			}
+		}
+	}
+	slices.Sort(known)
+	if slices.Contains(known, p.Name) {
+		return
+	}
+	if best := providers.ClosestKey(p.Name, slices.Compact(known)); best != "" {
+		r.add("provider.name", "provider.name: unknown provider %q (did you mean %q?): there is no sandstep-provider-%s in %s",
+			p.Name, best, p.Name, p.PluginDir)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/sandstep/sandstep/internal/service/crawler"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/version"
 )
 
@@ -48,7 +49,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sandstep-crawler --input input.json --output output.json [--progress-file progress.log]")
 		return 2
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	log := slog.New(logging.NewHandler(stderr, logging.Options{}))
 
 	writers := []io.Writer{stdout}
 	if *progressFile != "" {

@@ -9,9 +9,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/version"
 )
@@ -61,34 +63,71 @@ var (
 
 // clientFlags are the flags every client command takes.
 type clientFlags struct {
-	server, token *string
+	server, token, config *string
+	json                  *bool
 }
 
-func addClientFlags(fs *flag.FlagSet) clientFlags {
-	server := envOr(envServer, defaultServer)
+func addClientFlags(fs *flags) clientFlags {
 	return clientFlags{
-		server: fs.String("server", server, "URL of the sandstep server (env "+envServer+")"),
-		// The default is resolved after parsing, never shown: -h must not
-		// print a token.
-		token: fs.String("token", "", "API token (default: env "+envToken+", else "+envDevToken+")"),
+		// The defaults are resolved after parsing: the server's from the
+		// config only when needed, and the token's never shown, as -h must
+		// not print a token.
+		server: fs.String("server", "", "URL of the sandstep server (default: env "+envServer+", else http://[server] addr of the config)"),
+		token:  fs.String("token", "", "API token (default: env "+envToken+", else "+envDevToken+")"),
+		config: fs.String("config", config.DefaultPath(), "config file whose [server] addr is the server when neither --server nor "+envServer+" is set (env "+config.EnvPath+")"),
+		json:   fs.Bool("json", false, "print the API's JSON answer, for scripts"),
 	}
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
+// serverURL is where the client commands find the server: --server, else
+// SANDSTEP_URL, else the address `sandstep serve` listens on by the same
+// config, else the built-in default when there is no config file at all.
+func (f clientFlags) serverURL() (string, error) {
+	if *f.server != "" {
+		return *f.server, nil
 	}
-	return def
+	if v := os.Getenv(envServer); v != "" {
+		return v, nil
+	}
+	cfg, err := config.Load(*f.config)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return defaultServer, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("finding the server in %s (or pass --server, or set %s): %w", *f.config, envServer, err)
+	}
+	return "http://" + dialAddr(cfg.Server.Addr), nil
+}
+
+// dialAddr turns a listen address into one to connect to: a server
+// listening on every interface is reached on loopback.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		if ip != nil && ip.To4() == nil {
+			host = "::1"
+		} else {
+			host = "127.0.0.1"
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 func (f clientFlags) client() (*client, error) {
-	raw := strings.TrimRight(strings.TrimSpace(*f.server), "/")
+	server, err := f.serverURL()
+	if err != nil {
+		return nil, err
+	}
+	raw := strings.TrimRight(strings.TrimSpace(server), "/")
 	if !strings.Contains(raw, "://") {
 		raw = "http://" + raw
 	}
 	base, err := url.Parse(raw)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("--server %q is not an http or https URL", *f.server)
+		return nil, fmt.Errorf("--server %q is not an http or https URL", server)
 	}
 	token := *f.token
 	if token == "" {
@@ -101,6 +140,14 @@ func (f clientFlags) client() (*client, error) {
 		return nil, fmt.Errorf("no API token: pass --token or set %s (or %s, the dev token `sandstep serve` prints)", envToken, envDevToken)
 	}
 	return &client{base: base, token: token, hc: &http.Client{}}, nil
+}
+
+// writeJSON prints an API answer for scripts: one line, as the server sent
+// it.
+func writeJSON(w io.Writer, raw []byte) error {
+	raw = bytes.TrimRight(raw, "\n")
+	_, err := fmt.Fprintf(w, "%s\n", raw)
+	return err
 }
 
 // client calls one sandstep server as one tenant.
@@ -244,48 +291,6 @@ func (c *client) readError(res *http.Response) error {
 	return e
 }
 
-// parseArgs parses flags that may come before or after the positional
-// arguments ("submit QUERY --wait"), where flag.Parse alone stops at the
-// first positional one; after "--" everything is positional.
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-}
-
-// setUsage makes -h and usage errors print the synopsis before the flags.
-func setUsage(fs *flag.FlagSet, synopsis string) {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: sandstep %s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
-	}
-}
-
-// oneID parses a command whose only positional argument is a job id.
-func oneID(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return "", err
-	}
-	if len(pos) != 1 || pos[0] == "" {
-		fs.Usage()
-		return "", errUsage
-	}
-	return pos[0], nil
-}
-
 func jobPath(id string, sub ...string) string {
 	p := "/v1/jobs/" + url.PathEscape(id)
 	for _, s := range sub {
@@ -314,8 +319,7 @@ type submitAnswer struct {
 }
 
 func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("submit", stderr)
-	setUsage(fs, `submit "QUERY" [flags]`)
+	fs := newFlags("submit", stdout, stderr)
 	var urls stringList
 	fs.Var(&urls, "url", "a seed URL to crawl; repeat for several")
 	mode := fs.String("mode", "", "light or max (the server's default: light)")
@@ -323,39 +327,45 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jobID := fs.String("job-id", "", "the job's id; submitting the same request under it again finds the job instead of starting another")
 	wait := fs.Bool("wait", false, "follow the job's events until it ends; exit 1 unless it succeeded")
 	cf := addClientFlags(fs)
-	pos, err := parseArgs(fs, args)
+	pos, err := positional(fs, args, "QUERY")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
 	}
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
 	var ans submitAnswer
-	_, code, err := c.call(ctx, http.MethodPost, "/v1/jobs", nil,
+	raw, code, err := c.call(ctx, http.MethodPost, "/v1/jobs", nil,
 		submitRequest{Query: pos[0], Mode: *mode, Optimization: *opt, SeedURLs: urls, JobID: *jobID}, &ans)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, ans.JobID)
+	if *cf.json {
+		writeJSON(stdout, raw)
+	} else {
+		fmt.Fprintln(stdout, ans.JobID)
+	}
 	if code == http.StatusOK {
 		fmt.Fprintf(stderr, "job %s already existed for this request (%s)\n", ans.JobID, ans.Status)
 	}
 	if !*wait {
 		return nil
 	}
-	final, err := c.follow(ctx, ans.JobID, 0, stdout, stderr)
+	final, err := c.follow(ctx, ans.JobID, 0, eventPrinter{stdout, *cf.json}, stderr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped waiting; job %s goes on (sandstep events %s --follow): %w", ans.JobID, ans.JobID, err)
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "job %s %s\n", ans.JobID, final)
+	if *cf.json {
+		if raw, _, err := c.call(ctx, http.MethodGet, jobPath(ans.JobID), nil, nil, nil); err == nil {
+			writeJSON(stdout, raw)
+		}
+	} else {
+		fmt.Fprintf(stdout, "job %s %s\n", ans.JobID, final)
+	}
 	return outcome(ctx, c, ans.JobID, final)
 }
 
@@ -394,14 +404,13 @@ type jobStatus struct {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", stderr)
-	setUsage(fs, "status ID [flags]")
-	asJSON := fs.Bool("json", false, "print the API's JSON answer as it is")
+	fs := newFlags("status", stdout, stderr)
 	cf := addClientFlags(fs)
-	id, err := oneID(fs, args)
+	pos, err := positional(fs, args, "ID")
 	if err != nil {
 		return err
 	}
+	id := pos[0]
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -411,9 +420,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		_, err := stdout.Write(raw)
-		return err
+	if *cf.json {
+		return writeJSON(stdout, raw)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	status := st.Status
@@ -453,15 +461,15 @@ func progress(current, total int) string {
 }
 
 func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events", stderr)
-	setUsage(fs, "events ID [flags]")
+	fs := newFlags("events", stdout, stderr)
 	follow := fs.Bool("follow", false, "stream events as they come until the job ends")
 	after := fs.Int64("after", 0, "show only events after this seq")
 	cf := addClientFlags(fs)
-	id, err := oneID(fs, args)
+	pos, err := positional(fs, args, "ID")
 	if err != nil {
 		return err
 	}
+	id := pos[0]
 	if *after < 0 {
 		return fmt.Errorf("--after must be 0 or more")
 	}
@@ -469,11 +477,12 @@ func runEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	out := eventPrinter{stdout, *cf.json}
 	if !*follow {
-		_, err := c.pageEvents(ctx, id, *after, stdout)
+		_, err := c.pageEvents(ctx, id, *after, out)
 		return err
 	}
-	_, err = c.follow(ctx, id, *after, stdout, stderr)
+	_, err = c.follow(ctx, id, *after, out, stderr)
 	if err != nil && ctx.Err() != nil {
 		return nil // interrupted: how following ends before the job does
 	}
@@ -485,22 +494,41 @@ type eventsPage struct {
 	NextAfter int64                        `json:"next_after"`
 }
 
-// pageEvents prints the job's events after seq, page by page until
-// next_after stops moving, and returns the last seq printed (after, if none).
-func (c *client) pageEvents(ctx context.Context, id string, after int64, w io.Writer) (int64, error) {
+// pageEvents prints the job's events after seq, page by page until next
+// stops moving, and returns the last seq printed (after, if none).
+func (c *client) pageEvents(ctx context.Context, id string, after int64, w eventPrinter) (int64, error) {
 	for {
 		var p eventsPage
 		if _, _, err := c.call(ctx, http.MethodGet, jobPath(id, "events"), url.Values{"after": {strconv.FormatInt(after, 10)}}, nil, &p); err != nil {
 			return after, err
 		}
 		for _, ev := range p.Events {
-			writeEvent(w, ev)
+			w.print(ev)
 		}
 		if p.NextAfter <= after {
 			return after, nil
 		}
 		after = p.NextAfter
 	}
+}
+
+// eventPrinter prints events as lines of text, or (for scripts) as JSON
+// lines.
+type eventPrinter struct {
+	w    io.Writer
+	json bool
+}
+
+func (p eventPrinter) print(ev map[string]json.RawMessage) {
+	if !p.json {
+		writeEvent(p.w, ev)
+		return
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return // members are JSON already: cannot happen
+	}
+	p.w.Write(append(b, '\n'))
 }
 
 // writeEvent prints one event as a line: #seq time stage status message
@@ -557,14 +585,14 @@ type follower struct {
 	lastSeq int64 // the newest seq printed; events at or before it are skipped
 	retry   time.Duration
 	opened  bool // a stream was opened once: there is something to resume
-	w       io.Writer
+	w       eventPrinter
 }
 
 // follow prints the job's events after seq until the job ends, and returns
 // its final status. It reads Server-Sent Events, reconnecting with
 // Last-Event-ID when a connection drops, or polls JSON pages when the
 // server does not stream.
-func (c *client) follow(ctx context.Context, id string, after int64, stdout, stderr io.Writer) (string, error) {
+func (c *client) follow(ctx context.Context, id string, after int64, stdout eventPrinter, stderr io.Writer) (string, error) {
 	f := &follower{c: c, id: id, after: after, lastSeq: after, retry: reconnectDelay, w: stdout}
 	fruitless := 0
 	for {
@@ -707,7 +735,7 @@ func (f *follower) print(payload []byte) {
 		}
 		f.lastSeq = seq
 	}
-	writeEvent(f.w, ev)
+	f.w.print(ev)
 }
 
 // poll follows a job on a server that does not stream: pages of events,
@@ -746,34 +774,37 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("cancel", stderr)
-	setUsage(fs, "cancel ID [flags]")
+	fs := newFlags("cancel", stdout, stderr)
 	cf := addClientFlags(fs)
-	id, err := oneID(fs, args)
+	pos, err := positional(fs, args, "ID")
 	if err != nil {
 		return err
 	}
+	id := pos[0]
 	c, err := cf.client()
 	if err != nil {
 		return err
 	}
 	var ans submitAnswer
-	if _, _, err := c.call(ctx, http.MethodPost, jobPath(id, "cancel"), nil, nil, &ans); err != nil {
+	raw, _, err := c.call(ctx, http.MethodPost, jobPath(id, "cancel"), nil, nil, &ans)
+	if err != nil {
 		return err
+	}
+	if *cf.json {
+		return writeJSON(stdout, raw)
 	}
 	fmt.Fprintf(stdout, "cancel requested: job %s (%s) stops shortly\n", ans.JobID, ans.Status)
 	return nil
 }
 
 func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("report", stderr)
-	setUsage(fs, "report ID [flags]")
-	asJSON := fs.Bool("json", false, "print the report's JSON (markdown, sources, not_used, citations) instead of the markdown")
+	fs := newFlags("report", stdout, stderr)
 	cf := addClientFlags(fs)
-	id, err := oneID(fs, args)
+	pos, err := positional(fs, args, "ID")
 	if err != nil {
 		return err
 	}
+	id := pos[0]
 	c, err := cf.client()
 	if err != nil {
 		return err
@@ -782,8 +813,8 @@ func runReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		if _, err := stdout.Write(rep.raw); err != nil {
+	if *cf.json {
+		if err := writeJSON(stdout, rep.raw); err != nil {
 			return err
 		}
 	} else if err := rep.print(stdout, stderr); err != nil {

@@ -525,8 +525,8 @@ func TestTokens(t *testing.T) {
 	r = runCLI(ctx, "status", "dev-1")
 	wantCode(t, r, 1) // acme does not see dev's job
 	r = runCLI(ctx, "status", "-h")
-	wantCode(t, r, 2)
-	if strings.Contains(r.stdout+r.stderr, testToken) || strings.Contains(r.stdout+r.stderr, devToken) || !strings.Contains(r.stderr, "-token") {
+	wantCode(t, r, 0)
+	if strings.Contains(r.stdout+r.stderr, testToken) || strings.Contains(r.stdout+r.stderr, devToken) || !strings.Contains(r.stdout, "-token") {
 		t.Fatalf("status -h: %+v", r)
 	}
 

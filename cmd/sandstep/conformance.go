@@ -13,7 +13,7 @@ import (
 )
 
 func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("conformance", stderr)
+	fs := newFlags("conformance", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
 	name := fs.String("provider", "", "provider to test (default: the one config.toml selects)")
 	short := fs.Bool("short", false, "skip the heavy cases (tens of megabytes, 20 sandboxes at once)")
@@ -24,7 +24,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	scale := fs.Float64("timeout-scale", 1, "multiply every timeout (slow remote backends want more)")
 	hostReachable := fs.Bool("host-reachable", false, "sandboxes run on this machine: run the network cases against a fixture on 127.0.0.1 that is added to allow_private (default true for local)")
 	verbose := fs.Bool("v", false, "print the log lines of passing cases too")
-	if err := fs.Parse(args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
 	cfg, err := config.Load(*cfgPath)
@@ -35,7 +35,7 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		*name = cfg.Provider.Name
 	}
 	reach := *hostReachable
-	if !flagSet(fs, "host-reachable") {
+	if !flagSet(fs.FlagSet, "host-reachable") {
 		reach = *name == "local"
 	}
 	var fx *conformance.Fixture

@@ -13,15 +13,16 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plugins", stderr)
+	fs := newFlags("plugins", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
-	if err := fs.Parse(args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
 	cfg, err := config.Load(*cfgPath)
@@ -153,7 +154,7 @@ func absPath(p string) string {
 // quietLogger relays plugin logs at warning level and above, so that listing
 // plugins prints a table, not their start-up chatter.
 func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(logging.NewHandler(w, logging.Options{Level: slog.LevelWarn, Text: true}))
 }
 
 func absDir(p string) (string, error) {

@@ -2,45 +2,29 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // runResearch submits a query, shows the job's eight steps as they change
-// and prints the report. With no server at --server it starts the local
-// stack in this process for the job's duration.
+// and prints the report. It is a client only: it never starts a stack,
+// which could run beside a server on the same data directory.
 func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("research", stderr)
-	setUsage(fs, `research "QUERY" [flags]`)
+	fs := newFlags("research", stdout, stderr)
 	var urls stringList
 	fs.Var(&urls, "url", "a seed URL to crawl; repeat for several")
 	mode := fs.String("mode", "", "light or max (default light)")
 	opt := fs.String("optimization", "", "speed, balanced or quality (default balanced)")
-	cfgPath := fs.String("config", config.DefaultPath(), "config of the local server started when none runs")
 	interval := fs.Duration("interval", 500*time.Millisecond, "how often the progress is refreshed")
 	cf := addClientFlags(fs)
-	pos, err := parseArgs(fs, args)
+	pos, err := positional(fs, args, "QUERY")
 	if err != nil {
 		return err
-	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	if *cf.token == "" && os.Getenv(envToken) == "" && os.Getenv(envDevToken) == "" {
-		// Nothing to authenticate with: only a server started here helps.
-		*cf.token = randomToken()
-		os.Setenv(envDevToken, *cf.token)
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -48,41 +32,31 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	req := submitRequest{Query: pos[0], Mode: *mode, Optimization: *opt, SeedURLs: urls}
 	var ans submitAnswer
-	_, _, err = c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &ans)
-	var down *serverDownError
-	if errors.As(err, &down) {
-		fmt.Fprintf(stderr, "no server at %s: starting the local stack here\n", c.shown())
-		srv, serr := startServer(ctx, *cfgPath, c.base.Host, "", slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if serr != nil {
-			return fmt.Errorf("start a local server: %w", serr)
-		}
-		defer func() {
-			fmt.Fprintln(stderr, "stopping the local stack")
-			srv.shutdown()
-		}()
-		c.token = srv.token
-		c.base, _ = url.Parse(srv.url)
-		_, _, err = c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &ans)
-	}
-	if err != nil {
+	if _, _, err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &ans); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "job %s\n", ans.JobID)
-	final, err := watchSteps(ctx, c, ans.JobID, *interval, stderr)
+	final, err := watchSteps(ctx, c, ans.JobID, *interval, newLiveView(stderr))
 	if err != nil {
 		return err
+	}
+	show := func(rep reportAnswer) error {
+		if *cf.json {
+			return writeJSON(stdout, rep.raw)
+		}
+		return rep.print(stdout, stderr)
 	}
 	if final.Status == string(store.StatusSucceeded) {
 		rep, err := fetchReport(ctx, c, ans.JobID)
 		if err != nil {
 			return err
 		}
-		return rep.print(stdout, stderr)
+		return show(rep)
 	}
 	if final.Status == string(store.StatusFailed) {
 		// Whatever was written before the failure.
 		if rep, err := fetchReport(ctx, c, ans.JobID); err == nil {
-			rep.print(stdout, stderr)
+			show(rep)
 		}
 	}
 	return outcome(ctx, c, ans.JobID, final.Status)
@@ -90,7 +64,7 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // watchSteps polls the job and redraws its steps whenever they change,
 // until it ends.
-func watchSteps(ctx context.Context, c *client, id string, every time.Duration, w io.Writer) (jobStatus, error) {
+func watchSteps(ctx context.Context, c *client, id string, every time.Duration, w *liveView) (jobStatus, error) {
 	last := ""
 	for {
 		var st jobStatus
@@ -98,7 +72,7 @@ func watchSteps(ctx context.Context, c *client, id string, every time.Duration, 
 			return st, err
 		}
 		if view := renderSteps(st); view != last {
-			io.WriteString(w, view)
+			w.show(view)
 			last = view
 		}
 		if store.Status(st.Status).Terminal() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -16,7 +17,21 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
-func TestResearchStartsALocalServerAndPrintsTheReport(t *testing.T) {
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// research finds the server `sandstep serve` runs by the same config (its
+// [server] addr, with SANDSTEP_URL unset), shows the steps appended (the
+// output is not a terminal) and prints the report.
+func TestResearchFindsTheServerOfTheConfigAndPrintsTheReport(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil && os.Getenv("CI") != "true" {
 		t.Skip("bwrap missing")
 	}
@@ -27,14 +42,9 @@ func TestResearchStartsALocalServerAndPrintsTheReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	cfg := writeConfig(t, fmt.Sprintf(`
 [server]
+addr = %q
 data_dir = %q
 [provider]
 plugin_dir = %q
@@ -47,21 +57,48 @@ render = "never"
 [research.search]
 backends = ["searxng"]
 searxng_url = "http://127.0.0.1:1"
-`, t.TempDir(), plugins, tools, site.AllowPrivate()[0]))
+`, freeAddr(t), t.TempDir(), plugins, tools, site.AllowPrivate()[0]))
+	t.Setenv(envServer, "")
 	t.Setenv(envToken, "")
-	t.Setenv(envDevToken, "")
+	t.Setenv(envDevToken, devToken)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	srv, err := startServer(ctx, cfg, "", "", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.shutdown()
+
 	var out, errb bytes.Buffer
-	code := run(ctx, []string{"research", "kestrel fixtures", "--url", site.Hosts[0].Page("/a"), "--server", "http://" + addr, "--config", cfg, "--interval", "100ms"}, &out, &errb)
+	code := run(ctx, []string{"research", "kestrel fixtures", "--url", site.Hosts[0].Page("/a"), "--config", cfg, "--interval", "100ms"}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
-	if !strings.Contains(errb.String(), "starting the local stack") || !strings.Contains(errb.String(), "[x] Crawling sources") {
-		t.Errorf("progress lacks the started server or the finished crawl:\n%s", errb.String())
+	progress := errb.String()
+	if !strings.Contains(progress, "[x] Crawling sources") || strings.Count(progress, ": running\n") < 2 || strings.Contains(progress, "\x1b[") {
+		t.Errorf("progress is not the steps appended view after view:\n%s", progress)
 	}
 	md := out.String()
 	if !strings.Contains(md, "# kestrel fixtures") || !strings.Contains(md, site.Hosts[0].Page("/a")) || !strings.Contains(md, "[1]") {
 		t.Errorf("report:\n%s", md)
+	}
+}
+
+// A client command never starts a stack: with no server where the config
+// says, research says so and leaves the data directory alone.
+func TestResearchNeverStartsAStack(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "data")
+	addr := freeAddr(t)
+	cfg := writeConfig(t, fmt.Sprintf("[server]\naddr = %q\ndata_dir = %q\n", addr, dataDir))
+	t.Setenv(envServer, "")
+	t.Setenv(envDevToken, devToken)
+	r := runCLI(testCtx(t), "research", "q", "--config", cfg)
+	wantCode(t, r, 1)
+	want := fmt.Sprintf("sandstep research: no sandstep server is running at http://%s (connection refused)", addr)
+	if !strings.HasPrefix(r.stderr, want) {
+		t.Fatalf("stderr: %q, want it to start %q", r.stderr, want)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("the data dir was touched: %v", err)
 	}
 }

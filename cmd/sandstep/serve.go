@@ -16,18 +16,22 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/service/logging"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
 	addr := fs.String("addr", "", "listen address, loopback only unless [server] allow_non_loopback (default: [server] addr, 127.0.0.1:8080)")
 	dataDir := fs.String("data-dir", "", "folder for DynamoDB Local's data and the local provider's state (default: [server] data_dir)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
-	logger := newLogger(stderr, *logLevel)
+	logger, err := logging.New(stderr, *logLevel)
+	if err != nil {
+		return usageError(fs, "--log-level: %v", err)
+	}
 	slog.SetDefault(logger)
 	srv, err := startServer(ctx, *cfgPath, *addr, *dataDir, logger)
 	if err != nil {
@@ -46,6 +50,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", srv.token)
 	} else {
 		fmt.Fprintln(stdout, "  or: bin/sandstep research \"what is bubblewrap\"")
+	}
+
+	if srv.url != "http://"+dialAddr(srv.cfg.Server.Addr) {
+		// Client commands look for the server at [server] addr.
+		fmt.Fprintf(stdout, "client commands: export %s=%s (this server does not listen on [server] addr)\n", envServer, srv.url)
 	}
 
 	select {
@@ -131,12 +140,4 @@ func randomToken() string {
 	b := make([]byte, 24)
 	rand.Read(b)
 	return "sdt_" + hex.EncodeToString(b)
-}
-
-func newLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }

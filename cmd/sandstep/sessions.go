@@ -13,12 +13,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -45,56 +47,73 @@ type runAnswer struct {
 	} `json:"links"`
 }
 
-// languageOf guesses a file's language from its extension.
-func languageOf(path string) string {
+// languageOf tells a file's language from its extension.
+func languageOf(path string) (string, bool) {
 	switch strings.ToLower(filepath.Ext(path)) {
-	case ".ts", ".mts":
-		return sessions.LangTypeScript
+	case ".ts", ".mts", ".cts":
+		return sessions.LangTypeScript, true
+	case ".js", ".mjs", ".cjs":
+		return sessions.LangJavaScript, true
 	case ".py":
-		return sessions.LangPython
-	case ".sh":
-		return sessions.LangShell
+		return sessions.LangPython, true
+	case ".sh", ".bash":
+		return sessions.LangShell, true
 	}
-	return sessions.LangJavaScript
+	return "", false
 }
 
+// stdin is where run-code reads code from when neither FILE nor -e is
+// given; a variable so that tests can feed it.
+var stdin io.Reader = os.Stdin
+
 func runRunCode(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("run-code", stderr)
-	setUsage(fs, "run-code [FILE] [flags]\n\nRuns code in a session of a sandstep server: from FILE, from -e, or from standard input.\nThe code's output goes to stdout and stderr, then the value of its last expression as JSON.\nFiles written to /workspace stay in the session for its next runs")
+	fs := newFlags("run-code", stdout, stderr)
 	cf := addClientFlags(fs)
 	session := fs.String("session", "cli", "session id: runs in one session share /workspace")
 	language := fs.String("language", "", "typescript, javascript, python or shell (default: from FILE's extension, else javascript)")
 	code := fs.String("e", "", "code to run, instead of FILE or standard input")
 	timeout := fs.Int("timeout", 0, "timeout of the run in seconds (default: the server's [sessions] timeout_seconds)")
-	asJSON := fs.Bool("json", false, "print the whole run as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 1 || (len(pos) == 1 && *code != "") {
-		fs.Usage()
-		return errUsage
+	switch {
+	case len(pos) > 1:
+		return usageError(fs, "unexpected argument %q: one FILE at most", pos[1])
+	case len(pos) == 1 && *code != "":
+		return usageError(fs, "both FILE %q and -e given: pass one of them", pos[0])
 	}
-	src := *code
+	langs := strings.Join(sessions.Languages, ", ")
+	if *language != "" && !slices.Contains(sessions.Languages, *language) {
+		return usageError(fs, "--language %q is not one of %s", *language, langs)
+	}
+	src, from := *code, "-e"
 	switch {
 	case len(pos) == 1 && pos[0] != "-":
 		b, err := os.ReadFile(pos[0])
 		if err != nil {
 			return err
 		}
-		src = string(b)
+		src, from = string(b), pos[0]
 		if *language == "" {
-			*language = languageOf(pos[0])
+			if lang, ok := languageOf(pos[0]); ok {
+				*language = lang
+			}
 		}
+	case src == "" && isTerminal(stdin):
+		// Reading a terminal to its end would wait, silently, for a
+		// Ctrl-D the user does not know to type.
+		return usageError(fs, "missing the code: FILE, -e CODE, or code piped to standard input")
 	case src == "":
-		b, err := io.ReadAll(os.Stdin)
+		b, err := io.ReadAll(stdin)
 		if err != nil {
 			return fmt.Errorf("reading the code from standard input: %w", err)
 		}
-		src = string(b)
+		src, from = string(b), "standard input"
 	}
 	if *language == "" {
 		*language = sessions.LangJavaScript
+		fmt.Fprintf(stderr, "running the code of %s as %s (--language sets another: %s)\n", from, *language, langs)
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -121,7 +140,7 @@ func runRunCode(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 		}
 	}
-	if *asJSON {
+	if *cf.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		var v any
@@ -153,13 +172,12 @@ func runRunCode(ctx context.Context, args []string, stdout, stderr io.Writer) er
 const localTablePrefix = "sandstep-local-"
 
 func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("reap", stderr)
-	setUsage(fs, "reap [flags]\n\nRuns one cleanup pass over this machine's local state, as `sandstep serve` does every\n[sessions] reaper_interval: deletes session volumes idle past their TTL, closes idle session\nsandboxes, terminates sandboxes nothing needs or the ledger does not know")
+	fs := newFlags("reap", stdout, stderr)
 	cfgPath := fs.String("config", config.DefaultPath(), "config file (env SANDSTEP_CONFIG)")
 	dataDir := fs.String("data-dir", "", "the data dir `sandstep serve` uses (default: [server] data_dir)")
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	if _, err := parseArgs(fs, args); err != nil {
+	if _, err := positional(fs, args); err != nil {
 		return err
 	}
 	cfg, err := config.Load(*cfgPath)
@@ -175,7 +193,10 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if serverAnswers(ctx, cfg.Server.Addr) {
 		return fmt.Errorf("a sandstep server answers at http://%s: it runs the cleanup every %s itself, over the same state; stop it to reap by hand", cfg.Server.Addr, cfg.Sessions.ReaperInterval)
 	}
-	log := newLogger(stderr, *logLevel)
+	log, err := logging.New(stderr, *logLevel)
+	if err != nil {
+		return usageError(fs, "--log-level: %v", err)
+	}
 	ddb, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(cfg.Server.DataDir, "dynamodb")})
 	if err != nil {
 		return fmt.Errorf("DynamoDB Local: %w", err)

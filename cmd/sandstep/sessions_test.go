@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,10 @@ func needBwrap(t *testing.T) {
 	}
 }
 
-func TestRunCode(t *testing.T) {
+// startSessionServer serves the local stack with sessions on, over the
+// test's own tables, and returns its URL.
+func startSessionServer(t *testing.T) string {
+	t.Helper()
 	needBwrap(t)
 	db := testddb.ForTests(t)
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
@@ -51,7 +55,7 @@ sync_wait = "1s"
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	stack, err := localstack.Start(ctx, localstack.Options{
 		Config: cfg, Template: "../../template.yaml", Store: store.New(db.Client, db.Prefix),
 		DevToken: devToken, ReaperInterval: -1, Logger: slog.New(slog.DiscardHandler),
@@ -66,11 +70,18 @@ sync_wait = "1s"
 			t.Error(err)
 		}
 	})
+	return srv.URL
+}
+
+func TestRunCode(t *testing.T) {
+	url := startSessionServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	runPollInterval = 50 * time.Millisecond
 	t.Setenv(envToken, devToken)
 	runCode := func(args ...string) (string, string, error) {
 		var out, errb bytes.Buffer
-		err := runRunCode(ctx, append(args, "--server", srv.URL), &out, &errb)
+		err := runRunCode(ctx, append(args, "--server", url), &out, &errb)
 		return out.String(), errb.String(), err
 	}
 
@@ -82,9 +93,23 @@ sync_wait = "1s"
 	if err != nil || out != "written\n42\n" || errOut != "" {
 		t.Fatalf("file run: %q %q %v", out, errOut, err)
 	}
-	out, _, err = runCode("-e", "require('fs').readFileSync('/workspace/note', 'utf8')", "--session", "cli1")
+	out, errOut, err = runCode("-e", "require('fs').readFileSync('/workspace/note', 'utf8')", "--session", "cli1")
 	if err != nil || out != "\"kept\"\n" {
 		t.Fatalf("-e run: %q %v", out, err)
+	}
+	// Without --language, -e is JavaScript, and run-code says so.
+	if !strings.Contains(errOut, "running the code of -e as javascript (--language sets another") {
+		t.Fatalf("-e run did not say which language it assumed: %q", errOut)
+	}
+	out, errOut, err = runCode("-e", "print(6 * 7)", "--language", "python", "--session", "cli1")
+	if err != nil || out != "42\n" || errOut != "" {
+		t.Fatalf("-e --language python: %q %q %v", out, errOut, err)
+	}
+	stdin = strings.NewReader("echo from stdin")
+	defer func() { stdin = os.Stdin }()
+	out, errOut, err = runCode("--language", "shell", "--session", "cli1")
+	if err != nil || out != "from stdin\n" || errOut != "" {
+		t.Fatalf("stdin --language shell: %q %q %v", out, errOut, err)
 	}
 	// Past the server's sync wait the CLI waits for the run.
 	out, errOut, err = runCode("-e", "sleep 2; echo late", "--language", "shell", "--session", "cli1")
@@ -153,5 +178,51 @@ func TestReap(t *testing.T) {
 	defer prov.Close()
 	if sb, err := prov.Get(ctx, orphan.ID); err == nil && sb.State == providers.StateRunning {
 		t.Fatalf("the unknown sandbox is still running")
+	}
+}
+
+// sandstep sessions open, show and delete, through the real server.
+func TestSessionsCommands(t *testing.T) {
+	url := startSessionServer(t)
+	ctx := testCtx(t)
+	t.Setenv(envToken, devToken)
+	cli := func(args ...string) result { return runCLI(ctx, append(args, "--server", url)...) }
+
+	r := cli("sessions", "open", "s1")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stderr, "session s1 created") || !regexp.MustCompile(`(?m)^session\s+s1$`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^volume\s+\S+ at /workspace$`).MatchString(r.stdout) {
+		t.Fatalf("open: %+v", r)
+	}
+	r = cli("sessions", "open", "s1")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stderr, "session s1 was open already") {
+		t.Fatalf("open again: %+v", r)
+	}
+	r = cli("run-code", "-e", "echo hi > /workspace/f", "--language", "shell", "--session", "s1")
+	wantCode(t, r, 0)
+	r = cli("sessions", "show", "s1", "--json")
+	wantCode(t, r, 0)
+	var v struct {
+		SessionID string `json:"session_id"`
+		State     string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.SessionID != "s1" || v.State == "" || strings.Count(r.stdout, "\n") != 1 {
+		t.Fatalf("show --json: %q %v", r.stdout, err)
+	}
+	r = cli("sessions", "delete", "s1")
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stderr, "session s1 deleted") {
+		t.Fatalf("delete: %+v", r)
+	}
+	r = cli("run-code", "-e", "cat /workspace/f", "--language", "shell", "--session", "s1")
+	wantCode(t, r, 1)
+	if !strings.Contains(r.stderr, "gone") {
+		t.Fatalf("a run in the deleted session: %+v", r)
+	}
+	r = cli("sessions", "show")
+	wantCode(t, r, 2)
+	if !strings.HasPrefix(r.stderr, "sandstep sessions: show: missing SID\n") {
+		t.Fatalf("show without SID: %q", r.stderr)
 	}
 }

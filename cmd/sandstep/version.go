@@ -11,7 +11,7 @@ import (
 )
 
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if err := newFlags("version", stderr).Parse(args); err != nil {
+	if _, err := positional(newFlags("version", stdout, stderr), args); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "sandstep %s (plugin API v%d, %s, %s/%s)\n", version.Version, providers.APIVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)

@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -68,7 +69,7 @@ type agent struct {
 
 func runAgent() int {
 	closeInheritedFDs(fdReady, fdListener, fdConfig)
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("role", "agent")
+	log := slog.New(logging.NewHandler(os.Stderr, logging.Options{})).With("role", "agent")
 	// The agent is the sandbox's pid 1 (bwrap --as-pid-1): when it ends, the
 	// kernel ends every process in the sandbox, and from inside the
 	// sandbox it receives only the signals it handles. So it handles all of

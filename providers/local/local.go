@@ -62,6 +62,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Paths inside every sandbox.
@@ -170,7 +171,7 @@ type settings struct {
 // New returns an unconfigured provider.
 func New() *Provider {
 	return &Provider{
-		log:     slog.Default().With("provider", "local"),
+		log:     plugin.Logger("provider", "local"),
 		cache:   make(map[string]*sandbox),
 		flights: make(map[string]*flight),
 		stop:    make(chan struct{}),

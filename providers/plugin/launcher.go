@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goplugin "github.com/hashicorp/go-plugin"
@@ -110,6 +111,9 @@ type instance struct {
 	cmd    *exec.Cmd
 	p      *grpcClient
 	broken bool // guarded by Client.mu
+	// ending is set before the host ends the process itself, so that its
+	// exit is not logged as an error.
+	ending *atomic.Bool
 }
 
 var _ providers.Provider = (*Client)(nil)
@@ -170,6 +174,7 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 		hostPIDEnv + "=" + strconv.Itoa(os.Getpid()),
 	}, c.env...)
 	cmd.SysProcAttr = pluginSysProcAttr()
+	ending := new(atomic.Bool)
 	pc := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{providers.APIVersion: {PluginName: &GRPCPlugin{}}},
@@ -178,7 +183,7 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 		SkipHostEnv:      true,
 		AutoMTLS:         c.autoMTLS,
 		StartTimeout:     c.startTimeout,
-		Logger:           newHCLogger(c.logger),
+		Logger:           newHCLogger(c.logger, ending),
 		SyncStdout:       &lineLogger{l: c.logger, stream: "stdout"},
 		SyncStderr:       &lineLogger{l: c.logger, stream: "stderr"},
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
@@ -202,7 +207,7 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 		pc.Kill()
 		return nil, fmt.Errorf("provider %q: plugin %s: %w", c.name, c.path, err)
 	}
-	inst := &instance{pc: pc, cmd: cmd, p: raw.(*grpcClient)}
+	inst := &instance{pc: pc, cmd: cmd, p: raw.(*grpcClient), ending: ending}
 	if err := inst.p.Configure(ctx, cfg); err != nil {
 		inst.kill()
 		return nil, fmt.Errorf("provider %q: %w", c.name, err)
@@ -243,6 +248,7 @@ func (c *Client) startError(err error) error {
 // plugin; killing the process first makes that request fail at once.
 // os.Process.Kill cannot hit another process that reused the pid.
 func (i *instance) kill() {
+	i.ending.Store(true)
 	_ = i.cmd.Process.Kill()
 	i.pc.Kill()
 }
@@ -254,6 +260,7 @@ const shutdownGrace = 5 * time.Second
 // shutdown asks the plugin to stop and waits for it, killing it if the
 // request goes unanswered (a frozen process never answers it).
 func (i *instance) shutdown() {
+	i.ending.Store(true)
 	done := make(chan struct{})
 	go func() {
 		i.pc.Kill()

@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/sandstep/sandstep/internal/service/logging"
 )
 
 // go-plugin speaks hclog on both sides. The plugin writes hclog's JSON
@@ -50,7 +53,7 @@ func hclogLevel(l *slog.Logger) hclog.Level {
 // host side recognises as hclog (keys @level, @message, @timestamp), so
 // that a plugin's slog lines keep their level and attributes on the host.
 func newPluginLogHandler(w io.Writer, level slog.Leveler) slog.Handler {
-	return slog.NewJSONHandler(w, &slog.HandlerOptions{
+	return logging.NewHandler(w, logging.Options{
 		Level: level,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
 			if len(groups) > 0 {
@@ -88,20 +91,58 @@ type hclogAdapter struct {
 	l       *slog.Logger
 	name    string
 	implied []any
+	// ending is set once the host ends the plugin on purpose: its exit is
+	// then no error, whatever its status.
+	ending *atomic.Bool
 }
 
-func newHCLogger(l *slog.Logger) hclog.Logger { return &hclogAdapter{l: l} }
+func newHCLogger(l *slog.Logger, ending *atomic.Bool) hclog.Logger {
+	return &hclogAdapter{l: l, ending: ending}
+}
+
+// exitMessage is what go-plugin logs when the plugin process ends, at
+// error level when its exit status is not zero.
+const exitMessage = "plugin process exited"
 
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Error && msg == exitMessage && h.ending != nil && h.ending.Load() {
+		level = hclog.Info
+		args = renameArg(args, "error", "exit")
+	}
 	lv := slogLevel(level)
 	ctx := context.Background()
 	if !h.l.Enabled(ctx, lv) {
 		return
 	}
-	if h.name != "" {
+	// go-plugin adds the plugin's own time to each line it relays, beside
+	// the host's, and names the relay after the binary; the host's logger
+	// carries the provider attribute, which a provider's own lines repeat.
+	// A JSON line must not hold a key twice.
+	args = dropArg(dropArg(args, "timestamp"), "provider")
+	if h.name != "" && !strings.HasPrefix(h.name, BinaryPrefix) {
 		args = append(args, "logger", h.name)
 	}
 	h.l.Log(ctx, lv, msg, args...)
+}
+
+// dropArg removes key and its value from key-value pairs.
+func dropArg(args []any, key string) []any {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && k == key {
+			return append(args[:i:i], args[i+2:]...)
+		}
+	}
+	return args
+}
+
+func renameArg(args []any, from, to string) []any {
+	out := append([]any(nil), args...)
+	for i := 0; i+1 < len(out); i += 2 {
+		if k, ok := out[i].(string); ok && k == from {
+			out[i] = to
+		}
+	}
+	return out
 }
 
 func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
@@ -123,7 +164,7 @@ func (h *hclogAdapter) IsError() bool { return h.enabled(hclog.Error) }
 func (h *hclogAdapter) ImpliedArgs() []any { return h.implied }
 
 func (h *hclogAdapter) With(args ...any) hclog.Logger {
-	return &hclogAdapter{l: h.l.With(args...), name: h.name, implied: append(append([]any(nil), h.implied...), args...)}
+	return &hclogAdapter{l: h.l.With(args...), name: h.name, implied: append(append([]any(nil), h.implied...), args...), ending: h.ending}
 }
 
 func (h *hclogAdapter) Name() string { return h.name }
@@ -132,11 +173,11 @@ func (h *hclogAdapter) Named(name string) hclog.Logger {
 	if h.name != "" {
 		name = h.name + "." + name
 	}
-	return &hclogAdapter{l: h.l, name: name, implied: h.implied}
+	return &hclogAdapter{l: h.l, name: name, implied: h.implied, ending: h.ending}
 }
 
 func (h *hclogAdapter) ResetNamed(name string) hclog.Logger {
-	return &hclogAdapter{l: h.l, name: name, implied: h.implied}
+	return &hclogAdapter{l: h.l, name: name, implied: h.implied, ending: h.ending}
 }
 
 // SetLevel does nothing: the slog handler owns the level.

@@ -14,11 +14,14 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/providers"
 	pb "github.com/sandstep/sandstep/providers/proto"
 )
@@ -75,6 +78,7 @@ func Serve(p providers.Provider) {
 	}
 	slog.SetDefault(slog.New(newPluginLogHandler(stderr, slogLevel(level))))
 	watchHost()
+	ignoreTerm()
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		VersionedPlugins: map[int]goplugin.PluginSet{
@@ -87,4 +91,30 @@ func Serve(p providers.Provider) {
 			JSONFormat: true,
 		}),
 	})
+}
+
+// Logger returns a logger for a provider to keep from its constructor. It
+// writes through the logger Serve sets up even when made before Serve runs,
+// as main builds the provider first: the host then shows each line with
+// its own level and attributes. A logger taken from slog.Default() in the
+// constructor would write through the standard library's text handler,
+// and the host would show "INFO configured ..." as a message.
+func Logger(args ...any) *slog.Logger { return logging.Default(args...) }
+
+// ignoreTerm keeps the plugin alive through a SIGTERM: the host ends its
+// plugin (Client.Close), after using it to stop what runs, and the plugin
+// dies with the host in any case (watchHost, the parent-death signal). A
+// SIGTERM sent to the host's whole process group (systemd stopping the
+// service, timeout(1)) would otherwise end the plugin first, with an error
+// in the host's log and no plugin to terminate sandboxes through. go-plugin
+// does the same with SIGINT. The signal is caught, not ignored: an ignored
+// signal would stay ignored in the processes the plugin starts.
+func ignoreTerm() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM)
+	go func() {
+		for range ch {
+			slog.Debug("SIGTERM ignored: the host ends its plugin")
+		}
+	}()
 }

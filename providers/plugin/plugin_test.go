@@ -833,7 +833,8 @@ func TestCallsAfterCloseFail(t *testing.T) {
 }
 
 func TestCloseEndsAFrozenPlugin(t *testing.T) {
-	c := start(t, testOptions(&testlog.Buffer{}))
+	logs := &testlog.Buffer{}
+	c := start(t, testOptions(logs))
 	id := newSandbox(t, c)
 	pid := pidOf(t, c, id)
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -852,6 +853,12 @@ func TestCloseEndsAFrozenPlugin(t *testing.T) {
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("plugin process %d still exists after Close (%v)", pid, err)
+	}
+	// Killed by the host on purpose: the exit is no error.
+	for _, m := range logLines(t, logs) {
+		if m["level"] == "ERROR" {
+			t.Errorf("an ERROR line for a plugin the host ended: %v", m)
+		}
 	}
 }
 

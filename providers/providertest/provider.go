@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Settings is the provider's configuration.
@@ -73,6 +74,9 @@ type CommandFunc func(ctx context.Context, sandboxID string, argv []string, req 
 
 // Provider is the in-memory provider. The zero value is not usable; call New.
 type Provider struct {
+	// log is made in New, before plugin.Serve sets up logging, as a real
+	// provider's is.
+	log       *slog.Logger
 	mu        sync.Mutex
 	caps      providers.Capabilities
 	calls     []Call
@@ -128,6 +132,7 @@ func New() *Provider {
 		},
 		injected:  map[string]injection{},
 		commands:  map[string]CommandFunc{},
+		log:       plugin.Logger("provider", "test"),
 		settings:  Settings{Name: "test"},
 		sandboxes: map[string]*sandbox{},
 		snapshots: map[string]providers.Snapshot{},
@@ -239,6 +244,7 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.settings, p.secrets, p.defaults = s, cfg.Secrets, cfg.Defaults
+	p.log.Info("configured", "name", s.Name, "took", 1500*time.Microsecond)
 	return nil
 }
 

@@ -48,6 +48,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Provider is the Sandy provider. It is safe for concurrent use.
@@ -92,7 +93,7 @@ func New() *Provider {
 	// pick any up by accident.
 	t.Proxy = nil
 	return &Provider{
-		log:       slog.New(lateHandler{}).With("provider", "sandy"),
+		log:       plugin.Logger("provider", "sandy"),
 		transport: t,
 		records:   make(map[string]*record),
 		gone:      make(map[string]time.Time),

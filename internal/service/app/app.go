@@ -9,13 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -95,7 +95,7 @@ func (a *App) Sandboxes(p providers.Provider) *sandboxes.Manager {
 // the function, plugins from the providers layer (SANDSTEP_PLUGIN_DIR), tables
 // named by prefix, AWS credentials from the execution role.
 func FromLambdaEnv() (*App, error) {
-	logger := NewLogger(os.Stderr, os.Getenv(EnvLogLevel))
+	logger := logging.MustNew(os.Stderr, os.Getenv(EnvLogLevel))
 	slog.SetDefault(logger)
 	cfg, err := config.Load(config.DefaultPath())
 	if err != nil {
@@ -121,21 +121,4 @@ func LambdaAWSConfig() aws.Config {
 		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(
 			os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))),
 	}
-}
-
-// NewLogger returns a JSON slog logger at the named level (debug, info,
-// warn, error; default info).
-func NewLogger(w *os.File, level string) *slog.Logger {
-	var l slog.Level
-	switch strings.ToLower(level) {
-	case "debug":
-		l = slog.LevelDebug
-	case "warn", "warning":
-		l = slog.LevelWarn
-	case "error":
-		l = slog.LevelError
-	default:
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/logging"
 )
 
 // Running is a fake Sandy serving HTTP.
@@ -107,7 +108,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		DefaultTTL:   *ttl,
 		MaxSandboxes: *maxSandboxes,
 		Faults:       Faults{TeardownDelay: config.Duration(*teardown)},
-		Logger:       slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Logger:       slog.New(logging.NewHandler(stderr, logging.Options{Level: level, Text: true})),
 	}
 	r, err := Start(opts, *addr)
 	if err != nil {
