@@ -183,7 +183,7 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("DynamoDB Local: %w", err)
 	}
 	defer ddb.Stop()
-	if err := store.CreateTables(ctx, ddb.Client(), filepath.Join(cfg.Dir, "template.yaml"), localTablePrefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, ddb.Client(), filepath.Join(cfg.Dir, "template.yaml"), localTablePrefix); err != nil {
 		return fmt.Errorf("create tables: %w", err)
 	}
 	st := store.New(ddb.Client(), localTablePrefix)

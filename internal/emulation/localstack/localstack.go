@@ -129,7 +129,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		if prefix == "" {
 			prefix = "sandstep-local-"
 		}
-		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
+		if err := ddblocal.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
 		// Where to look at the tables with any DynamoDB client.

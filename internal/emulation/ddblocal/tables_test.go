@@ -1,8 +1,6 @@
-package store_test
+package ddblocal_test
 
 import (
-	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +10,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 func keyOf(ks []types.KeySchemaElement) string {
@@ -28,11 +28,11 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, err := store.LoadTables(path, "pre-")
+	specs, err := ddblocal.LoadTables(path, "pre-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]store.TableSpec{}
+	byName := map[string]ddblocal.TableSpec{}
 	for _, s := range specs {
 		byName[aws.ToString(s.Input.TableName)] = s
 	}
@@ -64,12 +64,12 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 
 func TestCreateTablesIdempotent(t *testing.T) {
 	env := testddb.ForTests(t) // has created the tables once
-	ctx := testCtx(t)
+	ctx := ctxT(t)
 	path, err := ddblocal.FindTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.CreateTables(ctx, env.Client, path, env.Prefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, env.Client, path, env.Prefix); err != nil {
 		t.Fatalf("second CreateTables: %v", err)
 	}
 	out, err := env.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(env.Prefix + "sandboxes")})
@@ -118,7 +118,7 @@ Resources:
       AttributeDefinitions: [{AttributeName: id, AttributeType: S}]
       KeySchema: [{AttributeName: id, KeyType: HASH}]
 `)
-	err := store.CreateTables(testCtx(t), env.Client, p, env.Prefix)
+	err := ddblocal.CreateTables(ctxT(t), env.Client, p, env.Prefix)
 	if err == nil || !strings.Contains(err.Error(), "differs from template.yaml") {
 		t.Fatalf("CreateTables over a different table: %v", err)
 	}
@@ -174,7 +174,7 @@ Resources:
       TableName: !Ref TablePrefix
       PrimaryKey: {Name: n, Type: Number}
 `)
-	specs, err := store.LoadTables(p, "x-")
+	specs, err := ddblocal.LoadTables(p, "x-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ Resources:
       GlobalSecondaryIndexes: [{IndexName: i, KeySchema: [{AttributeName: x, KeyType: HASH}]}]
 `,
 	} {
-		if _, err := store.LoadTables(writeTemplate(t, body), "x-"); err == nil {
+		if _, err := ddblocal.LoadTables(writeTemplate(t, body), "x-"); err == nil {
 			t.Errorf("%s: LoadTables accepted it", name)
 		}
 	}
