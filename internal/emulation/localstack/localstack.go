@@ -20,10 +20,10 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
-	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -74,7 +74,7 @@ type Options struct {
 type Stack struct {
 	App      *app.App
 	Provider *plugin.Client
-	Engine   *engine.Local
+	Engine   *localexec.Local
 	Handler  http.Handler
 	// Sessions is nil when [sessions] is off and no DB was given.
 	Sessions *sessions.Service
@@ -150,7 +150,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var inv asl.Invoker = engine.NewInvoker(engine.Functions{
+	var inv asl.Invoker = localexec.NewInvoker(localexec.Functions{
 		"DiscoverFunction":  s.App.Phases.Discover,
 		"ProvisionFunction": s.App.Phases.Provision,
 		"CrawlFunction":     s.App.Phases.Crawl,
@@ -164,7 +164,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.WrapInvoker != nil {
 		inv = opts.WrapInvoker(inv)
 	}
-	s.Engine, err = engine.NewLocal(engine.LocalOptions{
+	s.Engine, err = localexec.NewLocal(localexec.LocalOptions{
 		Definition:           def,
 		Substitutions:        subs,
 		Name:                 StateMachineID,

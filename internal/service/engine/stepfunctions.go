@@ -1,3 +1,7 @@
+// Package engine starts and stops deep-research executions on AWS Step
+// Functions, the executor the API and reaper Lambdas wire. On one machine the
+// same definition runs on the local executor (internal/emulation/localexec);
+// the API sees one Executor interface.
 package engine
 
 import (
