@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
@@ -28,17 +27,14 @@ func main() {
 		os.Exit(1)
 	}
 	prov := providerhost.Lambda(a.Config, a.Logger)
-	svc, err := sessions.NewForLambda(a.Config, a.Store, app.LambdaAWSConfig(), prov, a.Logger)
+	svc, err := sessions.NewForLambda(a.Config, a.Store, a.AWS, prov, a.Logger)
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
 	h := api.New(api.Options{
-		Store: a.Store,
-		Executor: &engine.StepFunctions{
-			Client:          sfn.NewFromConfig(app.LambdaAWSConfig()),
-			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
-		},
+		Store:    a.Store,
+		Executor: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
 		Provider: prov,
 		Sessions: svc,
 		Auth:     auth,

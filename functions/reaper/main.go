@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/engine"
@@ -26,9 +25,8 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
-	awsCfg := app.LambdaAWSConfig()
 	prov := providerhost.Lambda(a.Config, a.Logger)
-	svc, err := sessions.NewForLambda(a.Config, a.Store, awsCfg, prov, a.Logger)
+	svc, err := sessions.NewForLambda(a.Config, a.Store, a.AWS, prov, a.Logger)
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)
@@ -38,11 +36,8 @@ func main() {
 		Provider:     prov,
 		ProviderName: a.Config.Provider.Name,
 		Sessions:     svc,
-		Executions: reaper.StepFunctions{SF: &engine.StepFunctions{
-			Client:          sfn.NewFromConfig(awsCfg),
-			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
-		}},
-		Logger: a.Logger,
+		Executions:   reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN))},
+		Logger:       a.Logger,
 	}
 	// The scheduled event carries nothing the pass needs.
 	lambda.Start(func(ctx context.Context) (reaper.Counts, error) { return r.Pass(ctx) })
