@@ -19,10 +19,20 @@ lambda-artifacts = $(if $(strip $(ARTIFACTS_DIR)),$(ARTIFACTS_DIR),$(error ARTIF
 
 # $(call lambda-function,<folder under functions/>). lambda.norpc drops aws-lambda-go's
 # RPC mode, which provided runtimes never use; grpcnotrace drops grpc's x/net/trace
-# debug pages (about 3 MB) that nothing serves in a Lambda.
+# debug pages (about 3 MB) that nothing serves in a Lambda; nethttpomithttp2 drops
+# net/http's bundled HTTP/2 (about 0.4 MB): a Lambda's HTTP calls (AWS APIs, search,
+# models) speak HTTP/1.1 over TLS, and the provider plugins' gRPC has its own HTTP/2.
+#
+# -gcflags=all=-l turns inlining off: the bootstraps are about 1.2 MB (9 %) smaller,
+# which keeps every function under the 12 MB budget with go-plugin's host (gRPC,
+# net/rpc, TLS) linked in. A Lambda spends its time waiting on DynamoDB, the
+# provider and the network, not on the few hundred microseconds of Go that inlining
+# would shave (BENCHMARKS.md has the measurements).
+LAMBDA_TAGS     = lambda.norpc,grpcnotrace,nethttpomithttp2
+LAMBDA_GCFLAGS  = all=-l
 define lambda-function
 	@mkdir -p '$(lambda-artifacts)'
-	$(LAMBDA_GOBUILD) -tags lambda.norpc,grpcnotrace -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
+	$(LAMBDA_GOBUILD) -gcflags=$(LAMBDA_GCFLAGS) -tags $(LAMBDA_TAGS) -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
 	cp config.toml '$(lambda-artifacts)/config.toml'
 endef
 
