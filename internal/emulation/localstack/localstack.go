@@ -24,6 +24,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -46,8 +47,10 @@ type Options struct {
 	// directory.
 	Template string
 	// Store, when set, is used as is (tests pass one on a shared DynamoDB
-	// Local). Otherwise DynamoDB Local is started with its data kept under
-	// DataDir/dynamodb and the tables are created if missing.
+	// Local). Otherwise the stack uses the DynamoDB that
+	// AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) names, or else starts
+	// DynamoDB Local with its data kept under DataDir/dynamodb; either way
+	// the tables are created if missing.
 	Store *store.Store
 	// DB is the client Store was made with; the sessions keep their runs
 	// and events in its sessions table. Required with Store when
@@ -117,24 +120,32 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	st, db := opts.Store, opts.DB
 	if st == nil {
-		dataDir := opts.DataDir
-		if dataDir == "" {
-			dataDir = cfg.Server.DataDir
-		}
-		s.ddb, err = ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(dataDir, "dynamodb")})
-		if err != nil {
-			return nil, fmt.Errorf("DynamoDB Local: %w", err)
-		}
 		prefix := opts.TablePrefix
 		if prefix == "" {
 			prefix = "sandstep-local-"
 		}
-		if err := ddblocal.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
+		// A DynamoDB the environment names (AWS_ENDPOINT_URL_DYNAMODB, as
+		// the AWS SDKs read it) is used as it is; otherwise one of our own.
+		client, endpoint := ddblocal.FromEnv(os.Getenv)
+		if client == nil {
+			dataDir := opts.DataDir
+			if dataDir == "" {
+				dataDir = cfg.Server.DataDir
+			}
+			s.ddb, err = ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(dataDir, "dynamodb")})
+			if err != nil {
+				return nil, fmt.Errorf("DynamoDB Local: %w", err)
+			}
+			client = s.ddb.Client()
+			// Where to look at the tables with any DynamoDB client.
+			log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
+		} else {
+			log.Info("DynamoDB from the environment", "endpoint", awsenv.Redact(endpoint), "table_prefix", prefix)
+		}
+		if err := ddblocal.CreateTables(ctx, client, tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
-		// Where to look at the tables with any DynamoDB client.
-		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
-		st, db = store.New(s.ddb.Client(), prefix), s.ddb.Client()
+		st, db = store.New(client, prefix), client
 	}
 	if s.App, err = app.New(cfg, st, log); err != nil {
 		return nil, err
