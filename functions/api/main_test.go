@@ -79,18 +79,26 @@ func event(method, path, body string) events.APIGatewayV2HTTPRequest {
 	return ev
 }
 
-// TestJobThroughTheLambdaOnDynamoDBLocal drives a job through the
-// ApiFunction as Lambda runs it: assembled from its environment alone, with
-// AWS_ENDPOINT_URL_DYNAMODB pointing at DynamoDB Local (and
-// AWS_ENDPOINT_URL_SFN at a stand-in for Step Functions), then invoked with
-// API Gateway HTTP API v2 events. The job lands in DynamoDB Local's tables.
-func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
+// lambdaEnv is the ApiFunction assembled as Lambda assembles it, from its
+// environment alone: the deployed config.toml (one issued token, plus
+// edits), the provider plugin from SANDSTEP_PLUGIN_DIR, and AWS endpoints
+// from AWS_ENDPOINT_URL_*: DynamoDB Local for DynamoDB, a stand-in for Step
+// Functions, and whatever extra sets.
+type lambdaEnv struct {
+	fn   *function
+	db   *testddb.TestEnv
+	sfn  *stepFunctions
+	logs func() string
+	ctx  context.Context
+}
+
+func newLambdaEnv(t *testing.T, edit func(cfg []byte) []byte, extra map[string]string) *lambdaEnv {
+	t.Helper()
 	db := testddb.ForTests(t)
 	pluginDir, err := testbin.Build(t.TempDir(), testbin.LocalPlugin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The deployed config.toml with one issued token.
 	root, err := testbin.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -99,17 +107,13 @@ func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(token))
-	tokens := fmt.Sprintf("tokens = [{tenant = \"acme\", sha256 = %q}]", hex.EncodeToString(sum[:]))
-	if !bytes.Contains(raw, []byte("\ntokens = []\n")) {
-		t.Fatal("config.toml has no `tokens = []` line to replace")
-	}
-	raw = bytes.Replace(raw, []byte("\ntokens = []\n"), []byte("\n"+tokens+"\n"), 1)
 	dir := t.TempDir()
-	if !bytes.Contains(raw, []byte("\ndata_dir = \".sandstep\"\n")) {
-		t.Fatal("config.toml has no `data_dir = \".sandstep\"` line to replace")
+	sum := sha256.Sum256([]byte(token))
+	raw = replaceLine(t, raw, "tokens = []", fmt.Sprintf("tokens = [{tenant = \"acme\", sha256 = %q}]", hex.EncodeToString(sum[:])))
+	raw = replaceLine(t, raw, `data_dir = ".sandstep"`, fmt.Sprintf("data_dir = %q", dir))
+	if edit != nil {
+		raw = edit(raw)
 	}
-	raw = bytes.Replace(raw, []byte("\ndata_dir = \".sandstep\"\n"), []byte(fmt.Sprintf("\ndata_dir = %q\n", dir)), 1)
 	cfgPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
 		t.Fatal(err)
@@ -121,7 +125,7 @@ func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
 
 	// The environment template.yaml gives the function, and the one
 	// variable that points it at DynamoDB Local.
-	for k, v := range map[string]string{
+	env := map[string]string{
 		"SANDSTEP_CONFIG":                     cfgPath,
 		"SANDSTEP_TABLE_PREFIX":               db.Prefix,
 		"SANDSTEP_PLUGIN_DIR":                 pluginDir,
@@ -137,35 +141,66 @@ func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
 		"AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "",
 		"AWS_ENDPOINT_URL_DYNAMODB":           db.Endpoint,
 		"AWS_ENDPOINT_URL_SFN":                sfnSrv.URL,
+		"AWS_ENDPOINT_URL_LAMBDA":             "",
 		"LOG_LEVEL":                           "debug",
-	} {
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	for k, v := range env {
 		t.Setenv(k, v)
 	}
 	// The Lambda logs to stderr: keep what it writes to look for secrets.
 	logs := captureStderr(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	fn, err := newFunction(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fn.provider.Close() })
+	return &lambdaEnv{fn: fn, db: db, sfn: sfn, logs: logs, ctx: ctx}
+}
 
+func replaceLine(t *testing.T, raw []byte, old, new string) []byte {
+	t.Helper()
+	o := []byte("\n" + old + "\n")
+	if !bytes.Contains(raw, o) {
+		t.Fatalf("config.toml has no line %s to replace", old)
+	}
+	return bytes.Replace(raw, o, []byte("\n"+new+"\n"), 1)
+}
+
+// call invokes the function with an API Gateway HTTP API v2 event and
+// decodes its JSON answer.
+func (e *lambdaEnv) call(t *testing.T, method, path, body string, want int) map[string]any {
+	t.Helper()
+	res, err := e.fn.handle(e.ctx, event(method, path, body))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	if res.StatusCode != want {
+		t.Fatalf("%s %s = %d, want %d: %s", method, path, res.StatusCode, want, res.Body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(res.Body), &m); err != nil {
+		t.Fatalf("%s %s: %v: %s", method, path, err, res.Body)
+	}
+	return m
+}
+
+// TestJobThroughTheLambdaOnDynamoDBLocal drives a job through the
+// ApiFunction as Lambda runs it: assembled from its environment alone, with
+// AWS_ENDPOINT_URL_DYNAMODB pointing at DynamoDB Local (and
+// AWS_ENDPOINT_URL_SFN at a stand-in for Step Functions), then invoked with
+// API Gateway HTTP API v2 events. The job lands in DynamoDB Local's tables.
+func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
+	e := newLambdaEnv(t, nil, nil)
+	db, sfn, ctx := e.db, e.sfn, e.ctx
 	call := func(method, path, body string, want int) map[string]any {
 		t.Helper()
-		res, err := fn.handle(ctx, event(method, path, body))
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		if res.StatusCode != want {
-			t.Fatalf("%s %s = %d, want %d: %s", method, path, res.StatusCode, want, res.Body)
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(res.Body), &m); err != nil {
-			t.Fatalf("%s %s: %v: %s", method, path, err, res.Body)
-		}
-		return m
+		return e.call(t, method, path, body, want)
 	}
 
 	sub := call("POST", "/v1/jobs", `{"query":"heat pump efficiency in cold climates","mode":"light","job_id":"lambda-1"}`, http.StatusAccepted)
@@ -209,7 +244,7 @@ func TestJobThroughTheLambdaOnDynamoDBLocal(t *testing.T) {
 		t.Fatalf("after cancel: %+v, %v", job, err)
 	}
 
-	if out := logs(); strings.Contains(out, secretKey) || !strings.Contains(out, "127.0.0.1") {
+	if out := e.logs(); strings.Contains(out, secretKey) || !strings.Contains(out, "127.0.0.1") {
 		t.Fatalf("the Lambda's log leaks the secret key or does not name the endpoint:\n%s", out)
 	}
 }
@@ -238,4 +273,68 @@ func captureStderr(t *testing.T) func() string {
 	}
 	t.Cleanup(stop)
 	return func() string { stop(); return buf.String() }
+}
+
+// lambdaService stands in for the Lambda service, which cannot run here: it
+// takes the asynchronous Invoke of the RunFunction (signed for "lambda",
+// InvocationType Event) and keeps the events.
+type lambdaService struct {
+	mu      sync.Mutex
+	invokes []string // function name + " " + payload
+	bad     []string
+}
+
+func (l *lambdaService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	name, ok := strings.CutPrefix(r.URL.Path, "/2015-03-31/functions/")
+	name, ok2 := strings.CutSuffix(name, "/invocations")
+	if !ok || !ok2 || r.Header.Get("X-Amz-Invocation-Type") != "Event" ||
+		!strings.Contains(auth, "Credential=AKIDLAMBDATEST/") || !strings.Contains(auth, "/us-east-1/lambda/aws4_request") {
+		l.bad = append(l.bad, r.URL.Path+" "+auth)
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	l.invokes = append(l.invokes, name+" "+string(body))
+	w.WriteHeader(http.StatusAccepted)
+}
+
+// With sessions on, a run_code request to the ApiFunction is recorded in
+// DynamoDB Local and handed to the RunFunction through the Lambda endpoint
+// AWS_ENDPOINT_URL_LAMBDA names; the API answers 202 once sync_wait passes
+// with the run still pending.
+func TestSessionRunInvokesTheRunFunctionAtAWSEndpointURLLambda(t *testing.T) {
+	lam := &lambdaService{}
+	srv := httptest.NewServer(lam)
+	t.Cleanup(srv.Close)
+	e := newLambdaEnv(t, func(cfg []byte) []byte {
+		i := bytes.Index(cfg, []byte("\n[sessions]\n"))
+		if i < 0 {
+			t.Fatal("config.toml has no [sessions]")
+		}
+		cfg = append(cfg[:i:i], replaceLine(t, cfg[i:], "enabled = false", "enabled = true")...)
+		return replaceLine(t, cfg, `sync_wait = "25s"`, `sync_wait = "1s"`)
+	}, map[string]string{
+		"SANDSTEP_RUN_FUNCTION":   "sandstep-RunFunction",
+		"AWS_ENDPOINT_URL_LAMBDA": srv.URL,
+	})
+	run := e.call(t, "POST", "/v1/sessions/s1/run", `{"language":"python","code":"6 * 7"}`, http.StatusAccepted)
+	lam.mu.Lock()
+	invokes, bad := lam.invokes, lam.bad
+	lam.mu.Unlock()
+	if len(bad) > 0 || len(invokes) != 1 {
+		t.Fatalf("invokes %v, refused %v", invokes, bad)
+	}
+	var task struct {
+		Tenant    string `json:"tenant"`
+		SessionID string `json:"session_id"`
+		RunID     string `json:"run_id"`
+	}
+	name, payload, _ := strings.Cut(invokes[0], " ")
+	if err := json.Unmarshal([]byte(payload), &task); err != nil || name != "sandstep-RunFunction" ||
+		task.Tenant != "acme" || task.SessionID != "s1" || task.RunID == "" || fmt.Sprint(run["run_id"]) != task.RunID {
+		t.Fatalf("invoke of %s with %s (%v); run = %v", name, payload, err, run)
+	}
 }
