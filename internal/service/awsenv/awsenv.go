@@ -54,7 +54,8 @@ var (
 	Lambda        = Service{EnvID: "LAMBDA", SigningName: "lambda"}
 )
 
-// Env is the AWS configuration of a process.
+// Env is the AWS configuration of a process. Its endpoints come from the
+// environment FromEnv was given; a zero Env reads os.Getenv.
 type Env struct {
 	Region      string
 	Credentials aws.CredentialsProvider
