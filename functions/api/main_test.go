@@ -25,7 +25,24 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
-func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }
+// pluginDir holds the local provider plugin, built once for the tests.
+var pluginDir string
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "sandstep-api-lambda-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if pluginDir, err = testbin.Build(dir, testbin.LocalPlugin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return testddb.RunTests(m)
+}
 
 const (
 	token   = "acme-5b7d9f1a3c5e7a9b1d3f5a7c9e1b3d5f"
@@ -95,10 +112,6 @@ type lambdaEnv struct {
 func newLambdaEnv(t *testing.T, edit func(cfg []byte) []byte, extra map[string]string) *lambdaEnv {
 	t.Helper()
 	db := testddb.ForTests(t)
-	pluginDir, err := testbin.Build(t.TempDir(), testbin.LocalPlugin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	root, err := testbin.Root()
 	if err != nil {
 		t.Fatal(err)
