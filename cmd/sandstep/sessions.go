@@ -197,15 +197,21 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageError(fs, "--log-level: %v", err)
 	}
-	ddb, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(cfg.Server.DataDir, "dynamodb")})
-	if err != nil {
-		return fmt.Errorf("DynamoDB Local: %w", err)
+	// The DynamoDB `sandstep serve` uses: the one AWS_ENDPOINT_URL_DYNAMODB
+	// names, or DynamoDB Local on the data dir.
+	db, _ := ddblocal.FromEnv(os.Getenv)
+	if db == nil {
+		ddb, err := ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(cfg.Server.DataDir, "dynamodb")})
+		if err != nil {
+			return fmt.Errorf("DynamoDB Local: %w", err)
+		}
+		defer ddb.Stop()
+		db = ddb.Client()
 	}
-	defer ddb.Stop()
-	if err := store.CreateTables(ctx, ddb.Client(), filepath.Join(cfg.Dir, "template.yaml"), localTablePrefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, db, filepath.Join(cfg.Dir, "template.yaml"), localTablePrefix); err != nil {
 		return fmt.Errorf("create tables: %w", err)
 	}
-	st := store.New(ddb.Client(), localTablePrefix)
+	st := store.New(db, localTablePrefix)
 	prov, err := providerhost.Open(ctx, cfg, "", log)
 	if err != nil {
 		return err

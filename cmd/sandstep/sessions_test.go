@@ -12,11 +12,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
@@ -224,5 +228,63 @@ func TestSessionsCommands(t *testing.T) {
 	wantCode(t, r, 2)
 	if !strings.HasPrefix(r.stderr, "sandstep sessions: show: missing SID\n") {
 		t.Fatalf("show without SID: %q", r.stderr)
+	}
+}
+
+// With AWS_ENDPOINT_URL_DYNAMODB set, reap works on the DynamoDB it names
+// (here the tests' shared DynamoDB Local) instead of starting its own on
+// the data dir, and creates the tables there if they are missing.
+func TestReapOnTheDynamoDBTheEnvironmentNames(t *testing.T) {
+	needBwrap(t)
+	inst, err := testddb.Shared()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("DynamoDB Local unavailable: %v", err)
+	}
+	dir := t.TempDir()
+	cfgPath := writeConfig(t, fmt.Sprintf("[server]\naddr = \"127.0.0.1:1\"\ndata_dir = %q\n[provider]\nplugin_dir = %q\n", dir, buildLocalPlugin(t)))
+	tmpl, err := os.ReadFile("../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmplPath := filepath.Join(filepath.Dir(cfgPath), "template.yaml")
+	if err := os.WriteFile(tmplPath, tmpl, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"AWS_ENDPOINT_URL_DYNAMODB": inst.Endpoint(), "AWS_ENDPOINT_URL": "", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "",
+		"AWS_REGION": "", "AWS_DEFAULT_REGION": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+	} {
+		t.Setenv(k, v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	t.Cleanup(func() {
+		if err := ddblocal.DeleteTables(context.Background(), inst.Client(), tmplPath, localTablePrefix); err != nil {
+			t.Error(err)
+		}
+	})
+
+	var out, errb bytes.Buffer
+	if err := runReap(ctx, []string{"--config", cfgPath, "--json"}, &out, &errb); err != nil {
+		t.Fatalf("reap: %v\n%s", err, errb.String())
+	}
+	var c reaper.Counts
+	if err := json.Unmarshal(out.Bytes(), &c); err != nil || c.Errors != 0 {
+		t.Fatalf("counts = %s (%v)", out.String(), err)
+	}
+	tables, err := inst.Client().ListTables(ctx, &dynamodb.ListTablesInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"jobs", "sessions", "sandboxes"} {
+		if !slices.Contains(tables.TableNames, localTablePrefix+want) {
+			t.Errorf("no table %s%s on the DynamoDB the environment names: %v", localTablePrefix, want, tables.TableNames)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dynamodb")); !os.IsNotExist(err) {
+		t.Errorf("reap started a DynamoDB Local of its own on the data dir (%v)", err)
 	}
 }

@@ -3,42 +3,60 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 func main() {
-	a, err := app.FromLambdaEnv()
+	f, err := newFunction(context.Background())
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)
+	}
+	lambda.Start(f.handle)
+}
+
+// function is the API as this Lambda runs it, assembled from nothing but
+// its environment (see app.FromLambdaEnv and awsenv).
+type function struct {
+	handle   func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+	provider *plugin.Client
+}
+
+func newFunction(ctx context.Context) (*function, error) {
+	a, err := app.FromLambdaEnv()
+	if err != nil {
+		return nil, err
 	}
 	auth, err := api.NewAuthenticator(a.Config.Auth, os.Getenv, "")
 	if err != nil {
-		slog.Error("init", "err", err)
-		os.Exit(1)
+		return nil, err
 	}
-	prov := providerhost.Lambda(a.Config, a.Logger)
-	svc, err := sessions.NewForLambda(a.Config, a.Store, app.LambdaAWSConfig(), prov, a.Logger)
+	// Once per execution environment, so warm invocations reuse the plugin;
+	// a failed init is retried by Lambda with a fresh environment.
+	prov, err := providerhost.Open(ctx, a.Config, "", a.Logger)
 	if err != nil {
-		slog.Error("init", "err", err)
-		os.Exit(1)
+		return nil, err
+	}
+	svc, err := sessions.NewForLambda(a.Config, a.Store, a.AWS, prov, a.Logger)
+	if err != nil {
+		prov.Close()
+		return nil, err
 	}
 	h := api.New(api.Options{
-		Store: a.Store,
-		Executor: &engine.StepFunctions{
-			Client:          sfn.NewFromConfig(app.LambdaAWSConfig()),
-			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
-		},
+		Store:    a.Store,
+		Executor: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
 		Provider: prov,
 		Sessions: svc,
 		Auth:     auth,
@@ -46,5 +64,5 @@ func main() {
 		// The body limits of [server] hold behind API Gateway too.
 		Server: a.Config.Server,
 	})
-	lambda.Start(api.LambdaHandler(h))
+	return &function{handle: api.LambdaHandler(h), provider: prov}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/engine"
@@ -26,22 +25,18 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
-	awsCfg := app.LambdaAWSConfig()
 	prov := providerhost.Lambda(a.Config, a.Logger)
-	svc, err := sessions.NewForLambda(a.Config, a.Store, awsCfg, prov, a.Logger)
+	svc, err := sessions.NewForLambda(a.Config, a.Store, a.AWS, prov, a.Logger)
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
 	r := &reaper.Reaper{
-		Store:     a.Store,
-		Sandboxes: a.Sandboxes(prov),
-		Sessions:  svc,
-		Executions: reaper.StepFunctions{SF: &engine.StepFunctions{
-			Client:          sfn.NewFromConfig(awsCfg),
-			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
-		}},
-		Logger: a.Logger,
+		Store:      a.Store,
+		Sandboxes:  a.Sandboxes(prov),
+		Sessions:   svc,
+		Executions: reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN))},
+		Logger:     a.Logger,
 	}
 	// The scheduled event carries nothing the pass needs; an operator
 	// invoking it with {"migrate_ledger_index": true} after upgrading past

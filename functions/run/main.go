@@ -21,7 +21,7 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
-	svc, err := sessions.NewForLambda(a.Config, a.Store, app.LambdaAWSConfig(), providerhost.Lambda(a.Config, a.Logger), a.Logger)
+	svc, err := sessions.NewForLambda(a.Config, a.Store, a.AWS, providerhost.Lambda(a.Config, a.Logger), a.Logger)
 	if err != nil {
 		slog.Error("init", "err", err)
 		os.Exit(1)

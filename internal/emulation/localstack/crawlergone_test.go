@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda/messages"
 
 	"github.com/sandstep/sandstep/internal/emulation/asl"
-	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
@@ -27,7 +27,7 @@ func TestCrawlStartsAgainACrawlerKilledWithItsExec(t *testing.T) {
 	var faked atomic.Bool
 	wrap := func(next asl.Invoker) asl.Invoker {
 		return invokerFunc(func(ctx context.Context, arn string, payload []byte) ([]byte, error) {
-			if arn != engine.LocalARN("CrawlFunction") || !faked.CompareAndSwap(false, true) {
+			if arn != localexec.LocalARN("CrawlFunction") || !faked.CompareAndSwap(false, true) {
 				return next.Invoke(ctx, arn, payload)
 			}
 			// What the killed start leaves: the marker, no pid, no crawler.

@@ -18,10 +18,11 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
-	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -44,8 +45,10 @@ type Options struct {
 	// directory.
 	Template string
 	// Store, when set, is used as is (tests pass one on a shared DynamoDB
-	// Local). Otherwise DynamoDB Local is started with its data kept under
-	// DataDir/dynamodb and the tables are created if missing.
+	// Local). Otherwise the stack uses the DynamoDB that
+	// AWS_ENDPOINT_URL_DYNAMODB (or AWS_ENDPOINT_URL) names, or else starts
+	// DynamoDB Local with its data kept under DataDir/dynamodb; either way
+	// the tables are created if missing.
 	Store   *store.Store
 	DataDir string
 	// TablePrefix for a started DynamoDB Local; default "sandstep-local-".
@@ -68,7 +71,7 @@ type Options struct {
 type Stack struct {
 	App      *app.App
 	Provider *plugin.Client
-	Engine   *engine.Local
+	Engine   *localexec.Local
 	Handler  http.Handler
 	// Sessions serves the session routes when [sessions] is on; off, it
 	// still lets the reaper judge sandboxes sessions left.
@@ -112,24 +115,32 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	st := opts.Store
 	if st == nil {
-		dataDir := opts.DataDir
-		if dataDir == "" {
-			dataDir = cfg.Server.DataDir
-		}
-		s.ddb, err = ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(dataDir, "dynamodb")})
-		if err != nil {
-			return nil, fmt.Errorf("DynamoDB Local: %w", err)
-		}
 		prefix := opts.TablePrefix
 		if prefix == "" {
 			prefix = "sandstep-local-"
 		}
-		if err := store.CreateTables(ctx, s.ddb.Client(), tmpl.Path, prefix); err != nil {
+		// A DynamoDB the environment names (AWS_ENDPOINT_URL_DYNAMODB, as
+		// the AWS SDKs read it) is used as it is; otherwise one of our own.
+		client, endpoint := ddblocal.FromEnv(os.Getenv)
+		if client == nil {
+			dataDir := opts.DataDir
+			if dataDir == "" {
+				dataDir = cfg.Server.DataDir
+			}
+			s.ddb, err = ddblocal.Start(ctx, ddblocal.Options{DBPath: filepath.Join(dataDir, "dynamodb")})
+			if err != nil {
+				return nil, fmt.Errorf("DynamoDB Local: %w", err)
+			}
+			client = s.ddb.Client()
+			// Where to look at the tables with any DynamoDB client.
+			log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
+		} else {
+			log.Info("DynamoDB from the environment", "endpoint", awsenv.Redact(endpoint), "table_prefix", prefix)
+		}
+		if err := ddblocal.CreateTables(ctx, client, tmpl.Path, prefix); err != nil {
 			return nil, fmt.Errorf("create tables: %w", err)
 		}
-		// Where to look at the tables with any DynamoDB client.
-		log.Info("DynamoDB Local started", "endpoint", s.ddb.Endpoint(), "table_prefix", prefix, "data", filepath.Join(dataDir, "dynamodb"))
-		st = store.New(s.ddb.Client(), prefix)
+		st = store.New(client, prefix)
 	}
 	if s.App, err = app.New(cfg, st, log); err != nil {
 		return nil, err
@@ -145,7 +156,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var inv asl.Invoker = engine.NewInvoker(engine.Functions{
+	var inv asl.Invoker = localexec.NewInvoker(localexec.Functions{
 		"DiscoverFunction":  s.App.Phases.Discover,
 		"ProvisionFunction": s.App.Phases.Provision,
 		"CrawlFunction":     s.App.Phases.Crawl,
@@ -159,7 +170,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.WrapInvoker != nil {
 		inv = opts.WrapInvoker(inv)
 	}
-	s.Engine, err = engine.NewLocal(engine.LocalOptions{
+	s.Engine, err = localexec.NewLocal(localexec.LocalOptions{
 		Definition:           def,
 		Substitutions:        subs,
 		Name:                 StateMachineID,

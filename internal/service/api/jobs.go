@@ -22,15 +22,6 @@ import (
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
-// JobRequest is a deep-research request as stored in the job record
-// (store.Job.Request): normalized, defaults applied. The phases read it.
-type JobRequest struct {
-	Query        string   `json:"query"`
-	Mode         string   `json:"mode"`
-	Optimization string   `json:"optimization"`
-	SeedURLs     []string `json:"seed_urls"`
-}
-
 // Request limits. The body's is [server] max_body_bytes.
 const (
 	MaxQueryRunes   = 2000
@@ -229,7 +220,7 @@ func jsonType(field string) string {
 // normalize encodes the request as stored and its hash, the identity of a
 // submission for idempotency.
 func normalize(body submitBody) (json.RawMessage, string, error) {
-	req := JobRequest{Query: *body.Query, Mode: body.Mode, Optimization: body.Optimization, SeedURLs: body.SeedURLs}
+	req := store.JobRequest{Query: *body.Query, Mode: body.Mode, Optimization: body.Optimization, SeedURLs: body.SeedURLs}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -10,12 +10,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/logging"
+	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -38,6 +35,9 @@ const (
 // App is the assembled application.
 type App struct {
 	Config *config.Config
+	// AWS is the environment's AWS configuration (Lambdas only): region,
+	// credentials and the AWS_ENDPOINT_URL* endpoints.
+	AWS    awsenv.Env
 	Store  *store.Store
 	Phases *research.Phases
 	Logger *slog.Logger
@@ -93,7 +93,8 @@ func (a *App) Sandboxes(p providers.Provider) *sandboxes.Manager {
 
 // FromLambdaEnv assembles the App inside a Lambda: config.toml shipped with
 // the function, plugins from the providers layer (SANDSTEP_PLUGIN_DIR), tables
-// named by prefix, AWS credentials from the execution role.
+// named by prefix, AWS credentials from the execution role and endpoints
+// from AWS_ENDPOINT_URL and AWS_ENDPOINT_URL_<SERVICE> (see awsenv).
 func FromLambdaEnv() (*App, error) {
 	logger := logging.MustNew(os.Stderr, os.Getenv(EnvLogLevel))
 	slog.SetDefault(logger)
@@ -108,17 +109,14 @@ func FromLambdaEnv() (*App, error) {
 	if prefix == "" {
 		return nil, errors.New(EnvTablePrefix + " is not set")
 	}
-	return New(cfg, store.New(dynamodb.NewFromConfig(LambdaAWSConfig()), prefix), logger)
-}
-
-// LambdaAWSConfig is the SDK configuration inside Lambda: the region and the
-// execution role's credentials are in the environment. Reading them directly
-// instead of through the SDK's config package (shared files, SSO, IMDS) keeps
-// several megabytes out of every bootstrap.
-func LambdaAWSConfig() aws.Config {
-	return aws.Config{
-		Region: os.Getenv("AWS_REGION"),
-		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(
-			os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY"), os.Getenv("AWS_SESSION_TOKEN"))),
+	env := awsenv.FromEnv(os.Getenv)
+	if ep := env.ConfiguredEndpoint(awsenv.DynamoDB); ep != "" {
+		logger.Info("DynamoDB endpoint from the environment", "endpoint", awsenv.Redact(ep))
 	}
+	a, err := New(cfg, store.New(env.DynamoDB(), prefix), logger)
+	if err != nil {
+		return nil, err
+	}
+	a.AWS = env
+	return a, nil
 }

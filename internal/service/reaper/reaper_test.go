@@ -17,12 +17,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
@@ -327,11 +326,10 @@ func TestStepFunctionsExecutions(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	client := sfn.New(sfn.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
-		Credentials: credentials.NewStaticCredentialsProvider("k", "s", ""),
+	env := awsenv.FromEnv(func(k string) string {
+		return map[string]string{"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ENDPOINT_URL_SFN": srv.URL}[k]
 	})
-	x := reaper.StepFunctions{SF: &engine.StepFunctions{Client: client, StateMachineARN: machine}}
+	x := reaper.StepFunctions{SF: engine.NewStepFunctions(env, machine)}
 	ids, err := x.Running(ctxFor(t))
 	if err != nil {
 		t.Fatal(err)

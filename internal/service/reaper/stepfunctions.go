@@ -2,11 +2,6 @@ package reaper
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sfn"
-	"github.com/aws/aws-sdk-go-v2/service/sfn/types"
 
 	"github.com/sandstep/sandstep/internal/service/engine"
 )
@@ -17,28 +12,8 @@ type StepFunctions struct {
 	SF *engine.StepFunctions
 }
 
-// Running pages through the state machine's running executions.
-func (s StepFunctions) Running(ctx context.Context) ([]string, error) {
-	var ids []string
-	var token *string
-	for {
-		out, err := s.SF.Client.ListExecutions(ctx, &sfn.ListExecutionsInput{
-			StateMachineArn: aws.String(s.SF.StateMachineARN),
-			StatusFilter:    types.ExecutionStatusRunning,
-			NextToken:       token,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list executions: %w", err)
-		}
-		for _, x := range out.Executions {
-			ids = append(ids, aws.ToString(x.Name))
-		}
-		if out.NextToken == nil {
-			return ids, nil
-		}
-		token = out.NextToken
-	}
-}
+// Running returns the job ids of the running executions.
+func (s StepFunctions) Running(ctx context.Context) ([]string, error) { return s.SF.Running(ctx) }
 
 // Stop stops a job's execution.
 func (s StepFunctions) Stop(ctx context.Context, jobID, cause string) error {

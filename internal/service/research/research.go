@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/search"
@@ -106,7 +105,7 @@ type EventData struct {
 type run struct {
 	p      *Phases
 	job    store.Job
-	req    api.JobRequest
+	req    store.JobRequest
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -132,7 +131,7 @@ func (p *Phases) begin(ctx context.Context, phase string, in Input) (*run, error
 	if job.Status.Terminal() {
 		return nil, &BadInput{Message: fmt.Sprintf("job %s already ended %s", job.ID, job.Status)}
 	}
-	var req api.JobRequest
+	var req store.JobRequest
 	if err := json.Unmarshal(job.Request, &req); err != nil {
 		return nil, &BadInput{Message: fmt.Sprintf("job %s: stored request: %v", job.ID, err)}
 	}

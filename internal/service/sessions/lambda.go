@@ -1,25 +1,18 @@
 package sessions
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -29,12 +22,12 @@ import (
 const EnvRunFunction = "SANDSTEP_RUN_FUNCTION"
 
 // NewForLambda assembles the Service inside a Lambda: where
-// SANDSTEP_RUN_FUNCTION is set (the API), runs are launched on the
-// RunFunction with the credentials of awsCfg.
-func NewForLambda(cfg *config.Config, st *store.Store, awsCfg aws.Config, p providers.Provider, log *slog.Logger) (*Service, error) {
+// SANDSTEP_RUN_FUNCTION is set (the API), runs launched on the RunFunction
+// through env's Lambda endpoint (AWS_ENDPOINT_URL_LAMBDA when set).
+func NewForLambda(cfg *config.Config, st *store.Store, env awsenv.Env, p providers.Provider, log *slog.Logger) (*Service, error) {
 	opts := Options{Config: cfg, Store: st, Provider: p, Logger: log}
 	if fn := os.Getenv(EnvRunFunction); fn != "" {
-		opts.Launcher = &LambdaLauncher{Function: fn, Region: awsCfg.Region, Credentials: awsCfg.Credentials}
+		opts.Launcher = &LambdaLauncher{Function: fn, Region: env.Region, Credentials: env.Credentials, Endpoint: env.Endpoint(awsenv.Lambda)}
 	}
 	return New(opts)
 }
@@ -42,8 +35,8 @@ func NewForLambda(cfg *config.Config, st *store.Store, awsCfg aws.Config, p prov
 // LambdaLauncher starts runs on the RunFunction with an asynchronous
 // Lambda Invoke (InvocationType Event): Lambda queues the event and
 // answers at once, and the RunFunction, with up to 15 minutes, executes
-// the run and records its result for the API to poll. The call is signed
-// here with the SDK's SigV4 signer rather than through the Lambda client,
+// the run and records its result for the API to poll. The call goes
+// through awsenv's signed JSON client rather than the SDK's Lambda client,
 // which would add a module and several megabytes to the API's bootstrap
 // for one request.
 type LambdaLauncher struct {
@@ -62,41 +55,20 @@ func (l *LambdaLauncher) Launch(ctx context.Context, t Task) error {
 	if l.Function == "" || l.Region == "" || l.Credentials == nil {
 		return errors.New("lambda launcher: Function, Region and Credentials are required")
 	}
-	body, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
 	endpoint := l.Endpoint
 	if endpoint == "" {
-		endpoint = "https://lambda." + l.Region + ".amazonaws.com"
+		endpoint = awsenv.Env{Region: l.Region}.Endpoint(awsenv.Lambda)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
-		strings.TrimRight(endpoint, "/")+"/2015-03-31/functions/"+url.PathEscape(l.Function)+"/invocations", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Amz-Invocation-Type", "Event")
-	creds, err := l.Credentials.Retrieve(ctx)
-	if err != nil {
-		return fmt.Errorf("lambda launcher: credentials: %w", err)
-	}
-	sum := sha256.Sum256(body)
-	if err := v4.NewSigner().SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), "lambda", l.Region, time.Now()); err != nil {
-		return fmt.Errorf("lambda launcher: sign: %w", err)
-	}
-	client := l.Client
-	if client == nil {
-		client = &http.Client{Timeout: 10 * time.Second}
-	}
-	res, err := client.Do(req)
+	c := &awsenv.Client{Service: awsenv.Lambda, Region: l.Region, Credentials: l.Credentials, Endpoint: endpoint, HTTP: l.Client}
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Amz-Invocation-Type", "Event")
+	err := c.Do(ctx, awsenv.Request{
+		Path:   "/2015-03-31/functions/" + url.PathEscape(l.Function) + "/invocations",
+		Header: h, Body: t, OK: http.StatusAccepted,
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("invoke %s: %w", l.Function, err)
-	}
-	defer res.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10))
-	if res.StatusCode != http.StatusAccepted {
-		return fmt.Errorf("invoke %s: %s: %s", l.Function, res.Status, strings.TrimSpace(string(msg)))
 	}
 	return nil
 }

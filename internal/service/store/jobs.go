@@ -130,6 +130,16 @@ func (j Job) Step(id StepID) Step {
 	return Step{ID: id, State: StepPending}
 }
 
+// JobRequest is a deep-research request as kept in Job.Request: normalized,
+// defaults applied. The API writes it and the phases read it; it lives with
+// the record so that the phase Lambdas need not link the API to read it.
+type JobRequest struct {
+	Query        string   `json:"query"`
+	Mode         string   `json:"mode"`
+	Optimization string   `json:"optimization"`
+	SeedURLs     []string `json:"seed_urls"`
+}
+
 // NewJob is what CreateJob needs.
 type NewJob struct {
 	ID          string

@@ -10,7 +10,8 @@
 // stay well under DynamoDB's 400 KB limit: long values are split into parts
 // (the report) or truncated with a flag (event data, source content).
 //
-// The tables themselves are declared once, in template.yaml; CreateTables
+// The tables themselves are declared once, in template.yaml; CloudFormation
+// creates them on AWS, and ddblocal.CreateTables (internal/emulation/ddblocal)
 // builds them from there for DynamoDB Local.
 package store
 

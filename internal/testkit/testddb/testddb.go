@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
-	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 var shared struct {
@@ -85,13 +84,13 @@ func ForTests(t testing.TB) *TestEnv {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := store.CreateTables(ctx, env.Client, tmpl, env.Prefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, env.Client, tmpl, env.Prefix); err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := store.DeleteTables(ctx, env.Client, tmpl, env.Prefix); err != nil {
+		if err := ddblocal.DeleteTables(ctx, env.Client, tmpl, env.Prefix); err != nil {
 			t.Errorf("delete tables: %v", err)
 		}
 	})

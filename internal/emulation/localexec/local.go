@@ -1,8 +1,10 @@
-// Package engine starts and stops deep-research executions: on this machine
-// with the local ASL engine running the phase handlers in-process, or on AWS
-// with Step Functions. Both run statemachine/deep-research.asl.json; the API
-// sees one Executor interface.
-package engine
+// Package localexec runs deep-research executions on this machine: the ASL
+// interpreter (internal/emulation/asl) runs statemachine/deep-research.asl.json
+// and calls the phase handlers in-process, where AWS runs the same definition
+// on Step Functions (internal/service/engine). The API sees one Executor
+// interface; only the local stack links this package, so no Lambda carries
+// the interpreter.
+package localexec
 
 import (
 	"context"

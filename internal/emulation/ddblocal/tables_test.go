@@ -1,19 +1,21 @@
-package store_test
+package ddblocal_test
 
 import (
+	"context"
 	"encoding/json"
-	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 func keyOf(ks []types.KeySchemaElement) string {
@@ -29,11 +31,11 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, err := store.LoadTables(path, "pre-")
+	specs, err := ddblocal.LoadTables(path, "pre-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	byName := map[string]store.TableSpec{}
+	byName := map[string]ddblocal.TableSpec{}
 	for _, s := range specs {
 		byName[aws.ToString(s.Input.TableName)] = s
 	}
@@ -71,12 +73,12 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 
 func TestCreateTablesIdempotent(t *testing.T) {
 	env := testddb.ForTests(t) // has created the tables once
-	ctx := testCtx(t)
+	ctx := ctxT(t)
 	path, err := ddblocal.FindTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.CreateTables(ctx, env.Client, path, env.Prefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, env.Client, path, env.Prefix); err != nil {
 		t.Fatalf("second CreateTables: %v", err)
 	}
 	out, err := env.Client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(env.Prefix + "sandboxes")})
@@ -125,7 +127,7 @@ Resources:
       AttributeDefinitions: [{AttributeName: id, AttributeType: S}]
       KeySchema: [{AttributeName: id, KeyType: HASH}]
 `)
-	err := store.CreateTables(testCtx(t), env.Client, p, env.Prefix)
+	err := ddblocal.CreateTables(ctxT(t), env.Client, p, env.Prefix)
 	if err == nil || !strings.Contains(err.Error(), "differs from template.yaml") {
 		t.Fatalf("CreateTables over a different table: %v", err)
 	}
@@ -181,7 +183,7 @@ Resources:
       TableName: !Ref TablePrefix
       PrimaryKey: {Name: n, Type: Number}
 `)
-	specs, err := store.LoadTables(p, "x-")
+	specs, err := ddblocal.LoadTables(p, "x-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ Resources:
       GlobalSecondaryIndexes: [{IndexName: i, KeySchema: [{AttributeName: x, KeyType: HASH}]}]
 `,
 	} {
-		if _, err := store.LoadTables(writeTemplate(t, body), "x-"); err == nil {
+		if _, err := ddblocal.LoadTables(writeTemplate(t, body), "x-"); err == nil {
 			t.Errorf("%s: LoadTables accepted it", name)
 		}
 	}
@@ -252,7 +254,7 @@ Resources:
       AttributeDefinitions: [{AttributeName: pk, AttributeType: S}, {AttributeName: sk, AttributeType: S}]
       KeySchema: [{AttributeName: pk, KeyType: HASH}, {AttributeName: sk, KeyType: RANGE}]
 `)
-	if err := store.CreateTables(ctx, env.Client, old, prefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, env.Client, old, prefix); err != nil {
 		t.Fatal(err)
 	}
 	s := store.NewLocal(env.Endpoint, prefix)
@@ -263,7 +265,7 @@ Resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.CreateTables(ctx, env.Client, path, prefix); err != nil {
+	if err := ddblocal.CreateTables(ctx, env.Client, path, prefix); err != nil {
 		t.Fatalf("CreateTables over a table without the new index: %v", err)
 	}
 	page, err := s.ListTenantJobs(ctx, "acme", store.ListQuery{Limit: 10}, nil)
@@ -273,4 +275,10 @@ Resources:
 	if _, err := s.GetJob(ctx, "before"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,4 +1,4 @@
-package store
+package ddblocal
 
 import (
 	"context"
@@ -14,11 +14,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/sandstep/sandstep/internal/emulation/cfn"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // TableSpec is one DynamoDB table declared in template.yaml, ready for
-// CreateTable.
+// CreateTable. Creating tables from the template is the local stack's and
+// the tests' business: on AWS, CloudFormation creates them, and the Lambdas
+// do not link the template reader.
 type TableSpec struct {
 	// Resource is the logical id in the template ("JobsTable").
 	Resource string
@@ -40,7 +44,7 @@ func LoadTables(path, prefix string) ([]TableSpec, error) {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
 	params := map[string]string{
-		"AWS::Region":    LocalRegion,
+		"AWS::Region":    store.LocalRegion,
 		"AWS::AccountId": "000000000000",
 		"AWS::Partition": "aws",
 		"AWS::StackName": "sandstep",

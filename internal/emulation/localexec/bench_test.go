@@ -1,4 +1,4 @@
-package engine_test
+package localexec_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -36,7 +36,7 @@ func BenchmarkDeepResearchOverhead(b *testing.B) {
 	ok := func(context.Context, in) (map[string]any, error) {
 		return map[string]any{"ok": true, "summarize": true}, nil
 	}
-	fns := engine.Functions{
+	fns := localexec.Functions{
 		"DiscoverFunction": ok,
 		"ProvisionFunction": func(context.Context, in) (map[string]any, error) {
 			return map[string]any{"ok": true, "sandbox_id": "sb"}, nil
@@ -61,8 +61,8 @@ func BenchmarkDeepResearchOverhead(b *testing.B) {
 				env := testddb.ForTests(b)
 				st = store.New(env.Client, env.Prefix)
 			}
-			l, err := engine.NewLocal(engine.LocalOptions{
-				Definition: def, Substitutions: subs, Invoker: engine.NewInvoker(fns),
+			l, err := localexec.NewLocal(localexec.LocalOptions{
+				Definition: def, Substitutions: subs, Invoker: localexec.NewInvoker(fns),
 				StatusChangeFunction: "CleanupFunction", Store: st, Logger: slog.New(slog.DiscardHandler),
 			})
 			if err != nil {

@@ -1,4 +1,4 @@
-package store
+package ddblocal
 
 import (
 	"context"

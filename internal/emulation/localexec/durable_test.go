@@ -1,4 +1,4 @@
-package engine_test
+package localexec_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/emulation/asl"
-	"github.com/sandstep/sandstep/internal/service/engine"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -63,8 +63,8 @@ type phases struct {
 
 func newPhases() *phases { return &phases{inWork: make(chan string, 16)} }
 
-func (p *phases) functions() engine.Functions {
-	return engine.Functions{
+func (p *phases) functions() localexec.Functions {
+	return localexec.Functions{
 		"Prepare": func(_ context.Context, in jobIn) (map[string]any, error) {
 			return map[string]any{"ok": true, "round": 3}, nil
 		},
@@ -98,13 +98,13 @@ func (p *phases) calls() ([]jobIn, []cleanupIn) {
 	return append([]jobIn(nil), p.work...), append([]cleanupIn(nil), p.cleanups...)
 }
 
-func newLocal(t *testing.T, st *store.Store, p *phases, def string) *engine.Local {
+func newLocal(t *testing.T, st *store.Store, p *phases, def string) *localexec.Local {
 	t.Helper()
-	l, err := engine.NewLocal(engine.LocalOptions{
+	l, err := localexec.NewLocal(localexec.LocalOptions{
 		Definition:           []byte(def),
 		Substitutions:        map[string]string{"Prepare": "Prepare", "Work": "Work", "Cleanup": "Cleanup"},
 		Name:                 "TestMachine",
-		Invoker:              engine.NewInvoker(p.functions()),
+		Invoker:              localexec.NewInvoker(p.functions()),
 		StatusChangeFunction: "Cleanup",
 		CancelGrace:          time.Minute,
 		Store:                st,
@@ -122,7 +122,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func wait(t *testing.T, l *engine.Local, name string) asl.Result {
+func wait(t *testing.T, l *localexec.Local, name string) asl.Result {
 	t.Helper()
 	x, ok := l.Execution(name)
 	if !ok {
@@ -168,7 +168,7 @@ func TestRecoverResumesTheStateInFlight(t *testing.T) {
 	p := newPhases()
 	l := newLocal(t, st, p, definition)
 	n, err := l.Recover(ctx)
-	if err != nil || n != (engine.Recovered{Resumed: 1}) {
+	if err != nil || n != (localexec.Recovered{Resumed: 1}) {
 		t.Fatalf("Recover: %+v, %v", n, err)
 	}
 	res := wait(t, l, "job-1")
@@ -187,7 +187,7 @@ func TestRecoverResumesTheStateInFlight(t *testing.T) {
 		t.Fatalf("the record of an ended execution: %v", err)
 	}
 	// A second Recover finds nothing to do.
-	if n, err := newLocal(t, st, newPhases(), definition).Recover(ctx); err != nil || n != (engine.Recovered{}) {
+	if n, err := newLocal(t, st, newPhases(), definition).Recover(ctx); err != nil || n != (localexec.Recovered{}) {
 		t.Fatalf("second Recover: %+v, %v", n, err)
 	}
 }
@@ -201,7 +201,7 @@ func TestRecoverFailsWhatCannotResume(t *testing.T) {
 	changed := strings.Replace(definition, `"TimeoutSeconds": 3600`, `"TimeoutSeconds": 7200`, 1)
 	l := newLocal(t, st, p, changed)
 	n, err := l.Recover(ctx)
-	if err != nil || n != (engine.Recovered{Failed: 1}) {
+	if err != nil || n != (localexec.Recovered{Failed: 1}) {
 		t.Fatalf("Recover: %+v, %v", n, err)
 	}
 	work, cleanups := p.calls()
@@ -209,7 +209,7 @@ func TestRecoverFailsWhatCannotResume(t *testing.T) {
 		t.Fatalf("work %+v, cleanups %+v", work, cleanups)
 	}
 	d := cleanups[0].Detail
-	if d.Name != "job-changed" || d.Status != "FAILED" || d.Error != engine.ErrorResumeFailed || !strings.Contains(d.Cause, "definition changed") {
+	if d.Name != "job-changed" || d.Status != "FAILED" || d.Error != localexec.ErrorResumeFailed || !strings.Contains(d.Cause, "definition changed") {
 		t.Fatalf("status change %+v", d)
 	}
 	if _, err := st.GetExecution(ctx, "job-changed"); !errors.Is(err, store.ErrNotFound) {
@@ -235,7 +235,7 @@ func TestRecoverRunsACleanupThatACrashInterrupted(t *testing.T) {
 	}
 	p := newPhases()
 	n, err := newLocal(t, st, p, definition).Recover(ctx)
-	if err != nil || n != (engine.Recovered{Cleaned: 1}) {
+	if err != nil || n != (localexec.Recovered{Cleaned: 1}) {
 		t.Fatalf("Recover: %+v, %v", n, err)
 	}
 	_, cleanups := p.calls()
@@ -259,7 +259,7 @@ func TestCancelOfAJobWithoutAnExecutionRunsItsCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, cleanups := p.calls()
-	if len(cleanups) != 1 || cleanups[0].Detail == nil || cleanups[0].Detail.Name != "job-lost" || cleanups[0].Detail.Error != engine.ErrorExecutionGone {
+	if len(cleanups) != 1 || cleanups[0].Detail == nil || cleanups[0].Detail.Name != "job-lost" || cleanups[0].Detail.Error != localexec.ErrorExecutionGone {
 		t.Fatalf("cleanups %+v", cleanups)
 	}
 }

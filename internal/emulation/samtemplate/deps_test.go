@@ -1,0 +1,125 @@
+package samtemplate_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/sandstep/sandstep/"
+
+// lambdaBuild is what `make -n build-<id>` says it builds: the package and
+// its build tags, so that the check below sees the graph sam links.
+type lambdaBuild struct {
+	pkg, tags string
+}
+
+var (
+	buildPkg  = regexp.MustCompile(` (\./functions/[^ ]+)\n`)
+	buildTags = regexp.MustCompile(` -tags ([^ ]+) `)
+)
+
+func lambdaBuilds(t *testing.T) map[string]lambdaBuild {
+	t.Helper()
+	tpl := loadRepoTemplate(t)
+	out := t.TempDir()
+	builds := map[string]lambdaBuild{}
+	for _, id := range makefileResources(tpl) {
+		if tpl.Resources()[id]["Type"] != "AWS::Serverless::Function" {
+			continue
+		}
+		b, err := makeLambda(t, "build-"+id, out, "-n")
+		if err != nil {
+			t.Fatalf("make -n build-%s: %v\n%s", id, err, b)
+		}
+		pkg, tags := buildPkg.FindSubmatch(b), buildTags.FindSubmatch(b)
+		if pkg == nil || tags == nil {
+			t.Fatalf("build-%s: no ./functions/ package or -tags in:\n%s", id, b)
+		}
+		builds[id] = lambdaBuild{pkg: string(pkg[1]), tags: string(tags[1])}
+	}
+	if len(builds) < 9 {
+		t.Fatalf("only %d functions in template.yaml: %v", len(builds), builds)
+	}
+	return builds
+}
+
+// goDeps lists the packages a Lambda links and, for each, what it imports.
+func goDeps(t *testing.T, b lambdaBuild) map[string][]string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-deps", "-json=ImportPath,Imports", "-tags", b.tags, b.pkg)
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(withoutEnv("GOOS"), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", b.pkg, err, stderr.Bytes())
+	}
+	deps := map[string][]string{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		deps[p.ImportPath] = p.Imports
+	}
+	return deps
+}
+
+// TestLambdasLinkOnlyWhatTheyRun is the structural guard of issue 12: no
+// Lambda links the local emulation of AWS (the ASL interpreter, the local
+// executor, the CloudFormation reader, DynamoDB Local, the local stack) or
+// the test kit; only the API links the API; the phases that never open a
+// sandbox link neither the plugin glue nor sessions; and no package of
+// this module imports testing outside a test. The sizes these cuts buy are
+// in BenchmarkLambdaBuild and BENCHMARKS.md.
+func TestLambdasLinkOnlyWhatTheyRun(t *testing.T) {
+	needMake(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		need(t, "go", err)
+	}
+	noSandbox := []string{"DiscoverFunction", "ReportFunction"}
+	for id, b := range lambdaBuilds(t) {
+		deps := goDeps(t, b)
+		if _, ok := deps[module+"internal/service/store"]; !ok {
+			t.Fatalf("%s: go list found no store among %d packages; the check would prove nothing", id, len(deps))
+		}
+		var bad []string
+		for pkg, imports := range deps {
+			switch {
+			case strings.HasPrefix(pkg, module+"internal/emulation/"):
+				bad = append(bad, pkg+" (local emulation)")
+			case strings.HasPrefix(pkg, module+"internal/testkit/"):
+				bad = append(bad, pkg+" (test kit)")
+			case pkg == module+"internal/service/api" && id != "ApiFunction":
+				bad = append(bad, pkg+" (only the ApiFunction serves the API)")
+			case slices.Contains(noSandbox, id) && (pkg == module+"providers/plugin" || pkg == module+"internal/service/sessions"):
+				bad = append(bad, pkg+" (this phase never opens a sandbox)")
+			case pkg == "gopkg.in/yaml.v3" || strings.HasPrefix(pkg, "github.com/ohler55/ojg"):
+				bad = append(bad, pkg+" (template and ASL parsing belong to local emulation)")
+			}
+			// go-plugin's exported test helpers import testing; nothing
+			// of ours may.
+			if slices.Contains(imports, "testing") && pkg != "github.com/hashicorp/go-plugin" {
+				bad = append(bad, pkg+" imports testing")
+			}
+		}
+		slices.Sort(bad)
+		for _, p := range bad {
+			t.Errorf("%s (%s) links %s", id, b.pkg, p)
+		}
+	}
+}
