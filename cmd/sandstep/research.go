@@ -37,9 +37,10 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.Usage()
 		return errUsage
 	}
+	madeUp := false
 	if *cf.token == "" && os.Getenv(envToken) == "" && os.Getenv(envDevToken) == "" {
 		// Nothing to authenticate with: only a server started here helps.
-		*cf.token = randomToken()
+		*cf.token, madeUp = randomToken(), true
 		os.Setenv(envDevToken, *cf.token)
 	}
 	c, err := cf.client()
@@ -60,7 +61,11 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			fmt.Fprintln(stderr, "stopping the local stack")
 			srv.shutdown()
 		}()
-		c.token = srv.token
+		if srv.token != "" {
+			c.token = srv.token
+		} else if madeUp {
+			return fmt.Errorf("the local server has no development token ([auth] dev_token_env = \"\" in %s): pass --token or set %s to one of its [[auth.tokens]]", *cfgPath, envToken)
+		}
 		c.base, _ = url.Parse(srv.url)
 		_, _, err = c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &ans)
 	}
