@@ -24,7 +24,7 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	setUsage(fs, `research "QUERY" [flags]`)
 	var urls stringList
 	fs.Var(&urls, "url", "a seed URL to crawl; repeat for several")
-	mode := fs.String("mode", "", "light or max (default light)")
+	mode := fs.String("mode", "", "light (depth 1: the sources only) or max (depth 2: the sources and the pages they link to) (default light)")
 	opt := fs.String("optimization", "", "speed, balanced or quality (default balanced)")
 	cfgPath := fs.String("config", config.DefaultPath(), "config of the local server started when none runs")
 	interval := fs.Duration("interval", 500*time.Millisecond, "how often the progress is refreshed")

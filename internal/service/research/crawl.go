@@ -249,7 +249,7 @@ echo $! > %[9]s`, crawlDir, mountedCrawler, uploadedCrawler, crawlStarted, crawl
 		}
 		return time.Time{}, fmt.Errorf("start crawler: %w", err)
 	}
-	if err := r.event("crawl:started", EventData{Stage: string(store.StepCrawl), Status: "running", Message: fmt.Sprintf("crawler started on %d sources (up to %d pages, depth %d, %s)", len(sources), b.Pages, b.Depth, b.Duration), Total: b.Pages}); err != nil {
+	if err := r.event("crawl:started", EventData{Stage: string(store.StepCrawl), Status: "running", Message: fmt.Sprintf("crawler started on %d sources (up to %d pages, %s, %s)", len(sources), b.Pages, b.DepthText(), b.Duration), Total: b.Pages}); err != nil {
 		return time.Time{}, err
 	}
 	return time.Now(), nil
