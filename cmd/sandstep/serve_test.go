@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/testlog"
+	"github.com/sandstep/sandstep/internal/testkit/testlog"
 )
 
 // freeAddr is a 127.0.0.1 address nothing listens on.
