@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,11 +98,13 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // until it ends.
 func watchSteps(ctx context.Context, c *client, id string, every time.Duration, w io.Writer) (jobStatus, error) {
 	last := ""
+	var seen int64
 	for {
 		var st jobStatus
 		if _, _, err := c.call(ctx, http.MethodGet, jobPath(id), nil, nil, &st); err != nil {
 			return st, err
 		}
+		seen = printNotices(ctx, c, id, seen, w)
 		if view := renderSteps(st); view != last {
 			io.WriteString(w, view)
 			last = view
@@ -115,6 +118,30 @@ func watchSteps(ctx context.Context, c *client, id string, every time.Duration, 
 		case <-time.After(every):
 		}
 	}
+}
+
+// printNotices prints the job's warning, fallback and error events after
+// seq (a search backend that failed a query, a degradation taken) as they
+// happen, and returns the last seq read. Events are a courtesy here: a
+// failure to read them leaves the steps to tell the story.
+func printNotices(ctx context.Context, c *client, id string, after int64, w io.Writer) int64 {
+	for range 10 {
+		var p eventsPage
+		if _, _, err := c.call(ctx, http.MethodGet, jobPath(id, "events"), url.Values{"after": {strconv.FormatInt(after, 10)}}, nil, &p); err != nil {
+			return after
+		}
+		for _, ev := range p.Events {
+			switch status := field(ev, "status"); status {
+			case "warning", "fallback", "error":
+				fmt.Fprintf(w, "  %s: %s: %s\n", status, field(ev, "stage"), strings.Join(strings.Fields(field(ev, "message")), " "))
+			}
+		}
+		if p.Next <= after {
+			break
+		}
+		after = p.Next
+	}
+	return after
 }
 
 var stepMarks = map[string]string{"pending": " ", "running": ">", "complete": "x", "error": "!"}
