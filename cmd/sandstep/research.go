@@ -85,8 +85,8 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return rep.print(stdout, stderr)
 	}
-	if final.Status == string(store.StatusFailed) {
-		// Whatever was written before the failure.
+	if final.Status == string(store.StatusFailed) || final.Status == string(store.StatusCancelled) {
+		// Whatever was written before the job ended: a partial report.
 		if rep, err := fetchReport(ctx, c, ans.JobID); err == nil {
 			rep.print(stdout, stderr)
 		}
