@@ -454,3 +454,27 @@ func TestFromConfig(t *testing.T) {
 		t.Fatalf("missing key: %v", err)
 	}
 }
+
+// BenchmarkDiscoverHangingBackend is a job's search when its first backend
+// never answers: 4 queries (max mode), a 100 ms timeout and 3 attempts.
+// One op costs about one timeout (queries at once, no retry after a
+// timeout), where asking in turn with a timeout per attempt cost
+// 4 x 3 x 100 ms plus the backoffs.
+func BenchmarkDiscoverHangingBackend(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	stuck, _ := search.NewSearxNG(srv.URL, search.HTTP{Timeout: 100 * time.Millisecond, Attempts: 3, Backoff: 10 * time.Millisecond})
+	wikiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, wikipediaAnswer)
+	}))
+	defer wikiSrv.Close()
+	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
+	related := search.RelatedQueries("go", 3)
+	for b.Loop() {
+		if _, err := search.Discover(context.Background(), []search.Backend{stuck, wiki}, "go", related, nil, 10, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
