@@ -193,9 +193,11 @@ func (s *Service) startSnapshot(ctx context.Context) (*snapshotFlight, error) {
 		s.snapReady = err == nil
 		f.err = err
 		var failed *snapshotFailure
-		if errors.As(err, &failed) && s.base.Err() == nil {
-			s.snapFailure = failed
+		if errors.As(err, &failed) {
 			f.err = failed.again(failed.at, failed.at.Add(s.cfg.SnapshotRetryAfter.D()))
+			if s.base.Err() == nil { // a build cut by shutdown is no verdict
+				s.snapFailure = failed
+			}
 		}
 		s.snapMu.Unlock()
 		close(f.done)
