@@ -32,11 +32,10 @@ import (
 var pluginDir string
 
 // toolsDir is every test sandbox's tools_dir: it holds Deno, as make build
-// puts it in bin/sandbox, when make deps installed it (haveDeno).
+// puts it in bin/sandbox, when make deps installed it.
 var (
 	toolsDir  string
 	toolsOnce sync.Once
-	haveDeno  bool
 )
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }
@@ -167,7 +166,7 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		ec.sessions += "\nsync_wait = \"25s\""
 	}
 	roPaths, _ := json.Marshal(append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}, fixtureDir))
-	toolsOnce.Do(func() { haveDeno = testbin.LinkDeno(t, toolsDir) })
+	toolsOnce.Do(func() { testbin.LinkDeno(t, toolsDir) })
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q

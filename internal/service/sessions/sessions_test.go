@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
 // A file written to /workspace in one run is there in a later run, after
@@ -128,7 +129,8 @@ func TestLanguages(t *testing.T) {
 // code's lines; and JavaScript runs on that Deno too.
 func TestTypeScript(t *testing.T) {
 	e := newEnv(t, envConfig{})
-	if !haveDeno {
+	// Fails under CI=true when make deps did not install Deno.
+	if !testbin.LinkDeno(t, toolsDir) {
 		t.Skip("deno is missing (make deps installs it)")
 	}
 	for _, tc := range []struct {
