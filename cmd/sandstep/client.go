@@ -322,7 +322,7 @@ func runSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("submit", stdout, stderr)
 	var urls stringList
 	fs.Var(&urls, "url", "a seed URL to crawl; repeat for several")
-	mode := fs.String("mode", "", "light or max (the server's default: light)")
+	mode := fs.String("mode", "", "light (depth 1: the sources only) or max (depth 2: the sources and the pages they link to) (the server's default: light)")
 	opt := fs.String("optimization", "", "speed, balanced or quality (the server's default: balanced)")
 	jobID := fs.String("job-id", "", "the job's id; submitting the same request under it again finds the job instead of starting another")
 	wait := fs.Bool("wait", false, "follow the job's events until it ends; exit 1 unless it succeeded")

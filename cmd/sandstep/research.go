@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +20,7 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("research", stdout, stderr)
 	var urls stringList
 	fs.Var(&urls, "url", "a seed URL to crawl; repeat for several")
-	mode := fs.String("mode", "", "light or max (default light)")
+	mode := fs.String("mode", "", "light (depth 1: the sources only) or max (depth 2: the sources and the pages they link to) (default light)")
 	opt := fs.String("optimization", "", "speed, balanced or quality (default balanced)")
 	interval := fs.Duration("interval", 500*time.Millisecond, "how often the progress is refreshed")
 	cf := addClientFlags(fs)
@@ -53,8 +55,8 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		return show(rep)
 	}
-	if final.Status == string(store.StatusFailed) {
-		// Whatever was written before the failure.
+	if final.Status == string(store.StatusFailed) || final.Status == string(store.StatusCancelled) {
+		// Whatever was written before the job ended: a partial report.
 		if rep, err := fetchReport(ctx, c, ans.JobID); err == nil {
 			show(rep)
 		}
@@ -66,11 +68,13 @@ func runResearch(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // until it ends.
 func watchSteps(ctx context.Context, c *client, id string, every time.Duration, w *liveView) (jobStatus, error) {
 	last := ""
+	var seen int64
 	for {
 		var st jobStatus
 		if _, _, err := c.call(ctx, http.MethodGet, jobPath(id), nil, nil, &st); err != nil {
 			return st, err
 		}
+		seen = printNotices(ctx, c, id, seen, w)
 		if view := renderSteps(st); view != last {
 			w.show(view)
 			last = view
@@ -84,6 +88,31 @@ func watchSteps(ctx context.Context, c *client, id string, every time.Duration, 
 		case <-time.After(every):
 		}
 	}
+}
+
+// printNotices prints the job's warning, fallback and error events after
+// seq (a search backend that failed a query, a degradation taken) as they
+// happen, and returns the last seq read. Events are a courtesy here: a
+// failure to read them leaves the steps to tell the story.
+func printNotices(ctx context.Context, c *client, id string, after int64, w *liveView) int64 {
+	for range 10 {
+		var p eventsPage
+		if _, _, err := c.call(ctx, http.MethodGet, jobPath(id, "events"), url.Values{"after": {strconv.FormatInt(after, 10)}}, nil, &p); err != nil {
+			return after
+		}
+		for _, ev := range p.Events {
+			switch status := field(ev, "status"); status {
+			case "warning", "fallback", "error":
+				// A note stays above the steps a terminal redraws.
+				w.note(fmt.Sprintf("  %s: %s: %s", status, field(ev, "stage"), strings.Join(strings.Fields(field(ev, "message")), " ")))
+			}
+		}
+		if p.NextAfter <= after {
+			break
+		}
+		after = p.NextAfter
+	}
+	return after
 }
 
 var stepMarks = map[string]string{"pending": " ", "running": ">", "complete": "x", "error": "!"}

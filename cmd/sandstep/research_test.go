@@ -78,6 +78,12 @@ searxng_url = "http://127.0.0.1:1"
 	if !strings.Contains(progress, "[x] Crawling sources") || strings.Count(progress, ": running\n") < 2 || strings.Contains(progress, "\x1b[") {
 		t.Errorf("progress is not the steps appended view after view:\n%s", progress)
 	}
+	// The search backend refuses connections: each query's failure is
+	// printed as it happens, and the job goes on with its seed URL.
+	if !strings.Contains(errb.String(), `warning: search: "kestrel fixtures": 0 results (searxng: `) ||
+		!strings.Contains(errb.String(), "fallback: search: 2 of 2 searches failed on every backend") {
+		t.Errorf("progress lacks the search warnings:\n%s", errb.String())
+	}
 	md := out.String()
 	if !strings.Contains(md, "# kestrel fixtures") || !strings.Contains(md, site.Hosts[0].Page("/a")) || !strings.Contains(md, "[1]") {
 		t.Errorf("report:\n%s", md)

@@ -38,25 +38,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "sandstep is serving on %s (provider %q, data in %s)\n", srv.url, srv.cfg.Provider.Name, srv.cfg.Server.DataDir)
-	shown := "$" + srv.cfg.Auth.DevTokenEnv
-	if srv.generated {
-		shown = srv.token
-		fmt.Fprintf(stdout, "dev token (tenant dev): %s\n  set %s to choose your own\n", srv.token, srv.cfg.Auth.DevTokenEnv)
-	} else {
-		fmt.Fprintf(stdout, "dev token (tenant dev): from $%s\n", srv.cfg.Auth.DevTokenEnv)
-	}
-	fmt.Fprintf(stdout, "try:\n  curl -s -X POST %s/v1/jobs -H \"Authorization: Bearer %s\" -d '{\"query\":\"what is bubblewrap\",\"seed_urls\":[\"https://github.com/containers/bubblewrap\"]}'\n", srv.url, shown)
-	if srv.generated {
-		fmt.Fprintf(stdout, "  or: SANDSTEP_DEV_TOKEN=%s bin/sandstep research \"what is bubblewrap\"\n", srv.token)
-	} else {
-		fmt.Fprintln(stdout, "  or: bin/sandstep research \"what is bubblewrap\"")
-	}
-
-	if srv.url != "http://"+dialAddr(srv.cfg.Server.Addr) {
-		// Client commands look for the server at [server] addr.
-		fmt.Fprintf(stdout, "client commands: export %s=%s (this server does not listen on [server] addr)\n", envServer, srv.url)
-	}
-
+	printBanner(stdout, srv)
 	select {
 	case <-ctx.Done():
 		fmt.Fprintln(stdout, "shutting down: stopping jobs and sandboxes")
@@ -64,6 +46,46 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		logger.Error("server stopped", "err", err)
 	}
 	return errors.Join(err, srv.shutdown())
+}
+
+// printBanner says how to call the server: with the development token when
+// there is one (shown when it was generated, named when it came from the
+// environment), else with an issued token.
+func printBanner(w io.Writer, srv *localServer) {
+	env := srv.cfg.Auth.DevTokenEnv
+	shown := "$" + env
+	switch {
+	case env == "":
+		n := len(srv.cfg.Auth.Tokens)
+		fmt.Fprintf(w, "dev token: off ([auth] dev_token_env = \"\"); callers use the %s of [[auth.tokens]]\n", count(n, "issued token", "issued tokens"))
+		shown = "$TOKEN"
+	case srv.generated:
+		shown = srv.token
+		fmt.Fprintf(w, "dev token (tenant dev): %s\n  set %s to choose your own\n", srv.token, env)
+	default:
+		fmt.Fprintf(w, "dev token (tenant dev): from $%s\n", env)
+	}
+	fmt.Fprintf(w, "try:\n  curl -s -X POST %s/v1/jobs -H \"Authorization: Bearer %s\" -d '{\"query\":\"what is bubblewrap\",\"seed_urls\":[\"https://github.com/containers/bubblewrap\"]}'\n", srv.url, shown)
+	switch {
+	case env == "":
+		fmt.Fprintln(w, "  or: SANDSTEP_TOKEN=$TOKEN bin/sandstep research \"what is bubblewrap\"")
+	case srv.generated:
+		// The CLI reads SANDSTEP_DEV_TOKEN, or SANDSTEP_TOKEN whatever
+		// variable the server reads.
+		cliEnv := envToken
+		if env == envDevToken {
+			cliEnv = envDevToken
+		}
+		fmt.Fprintf(w, "  or: %s=%s bin/sandstep research \"what is bubblewrap\"\n", cliEnv, srv.token)
+	case env == envDevToken:
+		fmt.Fprintln(w, "  or: bin/sandstep research \"what is bubblewrap\"")
+	default:
+		fmt.Fprintf(w, "  or: %s=$%s bin/sandstep research \"what is bubblewrap\"\n", envToken, env)
+	}
+	if srv.url != "http://"+dialAddr(srv.cfg.Server.Addr) {
+		// Client commands look for the server at [server] addr.
+		fmt.Fprintf(w, "client commands: export %s=%s (this server does not listen on [server] addr)\n", envServer, srv.url)
+	}
 }
 
 // localServer is the local stack behind an HTTP server.
@@ -101,11 +123,17 @@ func startServer(ctx context.Context, cfgPath, addr, dataDir string, logger *slo
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	s := &localServer{cfg: cfg, served: make(chan error, 1)}
+	// dev_token_env = "" turns the development token off: none is read
+	// and none is made up.
 	if cfg.Auth.DevTokenEnv != "" {
 		s.token = os.Getenv(cfg.Auth.DevTokenEnv)
+		if s.token == "" {
+			s.token, s.generated = randomToken(), true
+		}
 	}
-	if s.token == "" {
-		s.token, s.generated = randomToken(), true
+	// A server nobody can call is refused before anything starts.
+	if _, err := api.NewAuthenticator(cfg.Auth, os.Getenv, s.token); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -82,7 +82,7 @@ func TestExec(t *testing.T) {
 			Shell: `echo "$FROM_SPEC $OVERRIDDEN $FROM_REQ $HOME $PATH"`,
 			Env:   map[string]string{"OVERRIDDEN": "req", "FROM_REQ": "r e q"},
 		})
-		want := "spec req r e q /home/sandbox /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+		want := "spec req r e q /home/sandbox /usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/sandstep/tools\n"
 		if r.stdout != want {
 			t.Errorf("env: %q, want %q", r.stdout, want)
 		}

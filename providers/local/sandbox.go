@@ -395,9 +395,12 @@ func (p *Provider) reserve(s settings, rec *sandboxRecord) (map[string]string, e
 	return snapEnv, nil
 }
 
+// baseEnv is every sandbox's environment before the snapshot's and the
+// request's. PATH ends with the tools mount, so that what tools_dir holds
+// (Deno among them, which the session runners look for) runs by name.
 func baseEnv() []string {
 	return []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:" + ToolsPath,
 		"HOME=" + homePath,
 		"LANG=C.UTF-8",
 		"USER=sandbox",

@@ -150,7 +150,7 @@ func TestSnapshotUse(t *testing.T) {
 	}
 	sb := e.create(providers.CreateSpec{Snapshot: "deps-2", Env: map[string]string{"GREETING": "hello"}})
 	// The snapshot's env applies; the spec's env wins over it.
-	if out := e.sh(sb.ID, "tool; cat "+SnapshotPath+"/data.txt; echo $PATH"); out != "tool says hello\ndata\n"+SnapshotPath+"/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n" {
+	if out := e.sh(sb.ID, "tool; cat "+SnapshotPath+"/data.txt; echo $PATH"); out != "tool says hello\ndata\n"+SnapshotPath+"/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/opt/sandstep/tools\n" {
 		t.Errorf("in a sandbox from the snapshot: %q", out)
 	}
 	for _, script := range []string{"touch " + SnapshotPath + "/new", "echo x >> " + SnapshotPath + "/data.txt", "rm " + SnapshotPath + "/bin/tool", "chmod 777 " + SnapshotPath + "/bin"} {

@@ -154,6 +154,10 @@ func TestLightModeStaysWithinItsLimits(t *testing.T) {
 	if len(srcs) > 9+crawled {
 		t.Errorf("%d sources stored", len(srcs))
 	}
+	// The progress says what depth 1 means.
+	if !hasEvent(s.events(t, "job-light"), "crawl", "up to 19 pages, depth 1 (sources only)") {
+		t.Errorf("no crawl:started event saying depth 1 (sources only): %v", s.events(t, "job-light"))
+	}
 	md := s.reportMarkdown(t, "job-light")
 	citesOnly(t, md, srcs, store.OriginCrawl)
 	for _, src := range srcs {
@@ -174,6 +178,17 @@ func TestLightModeStaysWithinItsLimits(t *testing.T) {
 		}
 	}
 	s.noLiveSandboxes(t, "job-light")
+}
+
+// hasEvent reports whether an event of stage has a message containing
+// text.
+func hasEvent(evs []map[string]any, stage, text string) bool {
+	for _, e := range evs {
+		if e["stage"] == stage && strings.Contains(fmt.Sprint(e["message"]), text) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestMaxModeFollowsSameHostLinks(t *testing.T) {
@@ -218,6 +233,9 @@ func TestMaxModeFollowsSameHostLinks(t *testing.T) {
 	}
 	if onAlpha > 8 {
 		t.Errorf("%d pages on one host, limit 8", onAlpha)
+	}
+	if !hasEvent(s.events(t, "job-max"), "crawl", "depth 2 (the sources and the pages they link to)") {
+		t.Errorf("no crawl:started event saying what depth 2 means: %v", s.events(t, "job-max"))
 	}
 }
 

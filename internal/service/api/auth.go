@@ -24,8 +24,9 @@ type tokenKey struct {
 }
 
 // ErrNoTokens: the configuration lets nobody in, which is never what an
-// operator wants from an API that answers 401 to everything.
-var ErrNoTokens = errors.New("no API tokens: add [[auth.tokens]] to the config or set the dev token variable")
+// operator wants from an API that answers 401 to everything. The error
+// NewAuthenticator returns wraps it with what the configuration lacks.
+var ErrNoTokens = errors.New("no API token of any kind")
 
 // NewAuthenticator builds an Authenticator from the [auth] section: every
 // [[auth.tokens]] entry, plus the tenant "dev" for the token in the variable
@@ -55,7 +56,11 @@ func NewAuthenticator(cfg config.AuthConfig, getenv func(string) string, extraDe
 		a.keys = append(a.keys, tokenKey{sum: sha256.Sum256([]byte(extraDevToken)), tenant: config.DevTenant})
 	}
 	if len(a.keys) == 0 {
-		return nil, ErrNoTokens
+		dev := "the development token is off ([auth] dev_token_env = \"\")"
+		if cfg.DevTokenEnv != "" {
+			dev = "$" + cfg.DevTokenEnv + " (the development token, [auth] dev_token_env) is not set"
+		}
+		return nil, fmt.Errorf("%w: %s and [[auth.tokens]] lists none; add an [[auth.tokens]] entry (a tenant and the sha256 of its token)", ErrNoTokens, dev)
 	}
 	return a, nil
 }

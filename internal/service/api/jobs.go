@@ -462,9 +462,12 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
 // check. A report still being written has none of them yet (empty lists,
 // citations null).
 type reportView struct {
-	JobID     string              `json:"job_id"`
-	Status    store.Status        `json:"status"`
-	Complete  bool                `json:"complete"`
+	JobID    string       `json:"job_id"`
+	Status   store.Status `json:"status"`
+	Complete bool         `json:"complete"`
+	// Partial: the job ended (cancelled or failed) before its report was
+	// complete; what is here was written from what it had found.
+	Partial   bool                `json:"partial"`
 	Markdown  string              `json:"markdown"`
 	Sources   []report.UsedSource `json:"sources"`
 	NotUsed   []report.NotUsed    `json:"not_used"`
@@ -496,11 +499,12 @@ func (s *server) report(w http.ResponseWriter, r *http.Request, c *call) error {
 		h.Set("Content-Type", "text/markdown; charset=utf-8")
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Report-Complete", fmt.Sprint(rep.Complete))
+		h.Set("X-Report-Partial", fmt.Sprint(!rep.Complete && st.Terminal()))
 		w.WriteHeader(http.StatusOK)
 		_, err := io.WriteString(w, rep.Markdown)
 		return err
 	}
-	v := reportView{JobID: job.ClientID, Status: st, Complete: rep.Complete, Markdown: rep.Markdown,
+	v := reportView{JobID: job.ClientID, Status: st, Complete: rep.Complete, Partial: !rep.Complete && st.Terminal(), Markdown: rep.Markdown,
 		Sources: []report.UsedSource{}, NotUsed: []report.NotUsed{}}
 	if len(rep.Details) > 0 {
 		var d report.Details

@@ -416,7 +416,7 @@ func TestReport(t *testing.T) {
 	res := e.get("/v1/jobs/r-1/report", tokenAcme)
 	wantStatus(t, res, http.StatusOK)
 	b := res.json(t)
-	if b["job_id"] != "r-1" || b["status"] != "running" || b["complete"] != true || b["markdown"] != md {
+	if b["job_id"] != "r-1" || b["status"] != "running" || b["complete"] != true || b["partial"] != false || b["markdown"] != md {
 		t.Fatalf("report = %s", res.body)
 	}
 	srcs, _ := b["sources"].([]any)
@@ -464,7 +464,7 @@ func TestReport(t *testing.T) {
 	}
 	res = e.get("/v1/jobs/r-3/report", tokenAcme)
 	wantStatus(t, res, http.StatusOK)
-	if b := res.json(t); b["complete"] != false || b["markdown"] != "# Partial" || b["status"] != "cancelled" {
+	if b := res.json(t); b["complete"] != false || b["partial"] != true || b["markdown"] != "# Partial" || b["status"] != "cancelled" {
 		t.Fatalf("partial report = %s", res.body)
 	}
 	if b := res.json(t); len(b["sources"].([]any)) != 0 || len(b["not_used"].([]any)) != 0 || b["citations"] != nil {

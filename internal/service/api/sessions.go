@@ -85,7 +85,11 @@ func sessionError(c *call, err error) error {
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Message: e.Message, RetryAfter: 1}
 	}
 	c.cause = err
-	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: e.Message, RetryAfter: 5}
+	retry := 5
+	if e.RetryAfter > 0 {
+		retry = int((e.RetryAfter + time.Second - 1) / time.Second)
+	}
+	return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: e.Message, RetryAfter: retry}
 }
 
 type sessionView struct {

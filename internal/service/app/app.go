@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 
 	"github.com/sandstep/sandstep/config"
-	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"

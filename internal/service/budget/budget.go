@@ -65,6 +65,18 @@ var scales = map[Optimization]scale{
 	Quality:  {count: 100, duration: 110, chars: 110},
 }
 
+// DepthText says what the crawl's depth means: "depth 1 (sources only)" for
+// a crawl that reads the sources and follows no link.
+func (b Budget) DepthText() string {
+	switch b.Depth {
+	case 1:
+		return "depth 1 (sources only)"
+	case 2:
+		return "depth 2 (the sources and the pages they link to)"
+	}
+	return fmt.Sprintf("depth %d (the sources and links up to %d steps away)", b.Depth, b.Depth-1)
+}
+
 // Base returns the unscaled limits of mode.
 func Base(mode Mode) (Budget, error) {
 	b, ok := bases[mode]

@@ -67,3 +67,19 @@ func TestUnknownNames(t *testing.T) {
 		}
 	}
 }
+
+func TestDepthText(t *testing.T) {
+	for depth, want := range map[int]string{
+		1: "depth 1 (sources only)",
+		2: "depth 2 (the sources and the pages they link to)",
+		3: "depth 3 (the sources and links up to 2 steps away)",
+	} {
+		if got := (budget.Budget{Depth: depth}).DepthText(); got != want {
+			t.Errorf("depth %d: %q, want %q", depth, got, want)
+		}
+	}
+	light, _ := budget.For(budget.Light, budget.Balanced)
+	if light.DepthText() != "depth 1 (sources only)" {
+		t.Errorf("light mode: %q", light.DepthText())
+	}
+}

@@ -46,7 +46,7 @@ func Extractive(query string, given []Given) string {
 	case len(given) == 0:
 		b.WriteString("No sources were collected for this question, so this report has no findings. Search again with other backends or give seed URLs.\n\n")
 	case len(summary) == 0:
-		fmt.Fprintf(&b, "No readable text on this question was found in %s. The report lists them below.\n\n", countSources(len(given)))
+		fmt.Fprintf(&b, "No readable text on this question was found in %s. The Sources section below lists %s.\n\n", countSources(len(given)), itThem(len(given)))
 	default:
 		summary = append(summary, fmt.Sprintf("The report quotes %s without a language model.", countSources(len(given))))
 		b.WriteString(escapeLeading(strings.Join(summary, " ")) + "\n\n")
@@ -123,6 +123,13 @@ func countSources(n int) string {
 		return "the one collected source"
 	}
 	return fmt.Sprintf("the %d collected sources", n)
+}
+
+func itThem(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 // sentence is one candidate sentence of a source.

@@ -235,3 +235,31 @@ func BenchmarkExtractive(b *testing.B) {
 		full("solid-state batteries vs lithium-ion", sources)
 	}
 }
+
+// The summary names as many sources as the report was written from, and
+// the sources list below holds that many.
+func TestExtractiveNamesTheNumberOfSources(t *testing.T) {
+	page := func(n int) store.Source {
+		return store.Source{N: n, URL: fmt.Sprintf("https://p%d.example/", n), Title: "Page", Content: "—"}
+	}
+	for _, c := range []struct {
+		sources []store.Source
+		want    string
+	}{
+		{[]store.Source{page(1)}, "No readable text on this question was found in the one collected source. The Sources section below lists it."},
+		{[]store.Source{page(1), page(2), page(3)}, "No readable text on this question was found in the 3 collected sources. The Sources section below lists them."},
+	} {
+		md := full("kestrel migration", c.sources)
+		secs := sections(t, md)
+		if strings.TrimSpace(secs["## Executive summary"]) != c.want {
+			t.Errorf("summary %q, want %q", secs["## Executive summary"], c.want)
+		}
+		if got := strings.Count(secs["## Sources"], "- ["); got != len(c.sources) {
+			t.Errorf("sources list has %d entries, want %d:\n%s", got, len(c.sources), secs["## Sources"])
+		}
+	}
+	one := full("kestrel migration", []store.Source{{N: 1, URL: "https://k.example/", Title: "Kestrels", Content: "Kestrel migration follows the coast in autumn."}})
+	if !strings.Contains(one, "The report quotes the one collected source without a language model.") {
+		t.Errorf("report of one source:\n%s", one)
+	}
+}

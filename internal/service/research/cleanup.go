@@ -67,7 +67,13 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 			return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
 		}
 	}
-	// Sandboxes first: whatever happens to the record, nothing keeps running.
+	if !job.Status.Terminal() {
+		// What an unfinished job found is kept while its sandbox lives.
+		if status, msg := finalStatus(job, in); status != store.StatusSucceeded {
+			p.salvage(ctx, job, status, msg, log)
+		}
+	}
+	// Sandboxes next: whatever happens to the record, nothing keeps running.
 	reason := "completed"
 	if job.CancelRequested {
 		reason = "cancelled"

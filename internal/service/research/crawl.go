@@ -136,7 +136,7 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 		}
 		now := time.Now()
 		if now.After(hardStop) && !stopped {
-			if err := r.stopCrawler(in.SandboxID); err != nil {
+			if err := r.stopCrawler(in.SandboxID, "crawler past its duration"); err != nil {
 				return CrawlOutput{}, err
 			}
 			stopped = true
@@ -249,7 +249,7 @@ echo $! > %[9]s`, crawlDir, mountedCrawler, uploadedCrawler, crawlStarted, crawl
 		}
 		return time.Time{}, fmt.Errorf("start crawler: %w", err)
 	}
-	if err := r.event("crawl:started", EventData{Stage: string(store.StepCrawl), Status: "running", Message: fmt.Sprintf("crawler started on %d sources (up to %d pages, depth %d, %s)", len(sources), b.Pages, b.Depth, b.Duration), Total: b.Pages}); err != nil {
+	if err := r.event("crawl:started", EventData{Stage: string(store.StepCrawl), Status: "running", Message: fmt.Sprintf("crawler started on %d sources (up to %d pages, %s, %s)", len(sources), b.Pages, b.DepthText(), b.Duration), Total: b.Pages}); err != nil {
 		return time.Time{}, err
 	}
 	return time.Now(), nil
@@ -287,9 +287,13 @@ echo gone`, crawlExit, crawlPID)
 	return n, true, nil
 }
 
-func (r *run) stopCrawler(id string) error {
-	r.log.Warn("crawler past its duration: stopping it")
-	_, _, err := r.sh(id, "kill -TERM $(cat "+crawlPID+") 2>/dev/null; pkill -TERM -f sandstep-crawler 2>/dev/null; true")
+// stopCrawler sends SIGTERM to the crawler, on which it writes what it
+// has. Only to the crawler: the shell around it (whose pid the file holds)
+// is left to record its exit status, and the exec that started them, which
+// ends its process group when that shell ends, to wait.
+func (r *run) stopCrawler(id, why string) error {
+	r.log.Warn(why + ": stopping the crawler")
+	_, _, err := r.sh(id, "pkill -TERM -P \"$(cat "+crawlPID+")\" 2>/dev/null || pkill -TERM -f '[s]andstep-crawler --input' 2>/dev/null; true")
 	return err
 }
 

@@ -2,7 +2,9 @@ package research
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/sandstep/sandstep/internal/service/budget"
 	"github.com/sandstep/sandstep/internal/service/search"
@@ -37,36 +39,50 @@ func (r *run) discover() (DiscoverOutput, error) {
 		return DiscoverOutput{}, err
 	}
 	related := search.RelatedQueries(r.req.Query, b.RelatedQueries)
-	d, serr := search.Discover(r.ctx, r.p.Search, r.req.Query, related, r.req.SeedURLs, b.Sources)
+	// Each query's outcome is an event as soon as it is known, so that a
+	// failing backend is visible while the other queries still wait.
+	var evErr error
+	d, serr := search.Discover(r.ctx, r.p.Search, r.req.Query, related, r.req.SeedURLs, b.Sources, func(q search.QueryOutcome) {
+		if evErr == nil {
+			evErr = r.event(fmt.Sprintf("discover:query:%d", q.N), queryEvent(q))
+		}
+	})
 	if cerr := r.checkCancel(); cerr != nil {
 		return DiscoverOutput{}, cerr
 	}
-	keys := make([]string, 0, len(d.Queries)+1)
-	evs := make([]EventData, 0, len(d.Queries)+1)
-	for i, q := range d.Queries {
-		msg := fmt.Sprintf("%q: %d results", q.Query, q.Results)
-		if q.Backend != "" {
-			msg += " from " + q.Backend
+	if evErr != nil {
+		return DiscoverOutput{}, evErr
+	}
+	if ns, ok := errors.AsType[*search.NoSourceError](serr); ok {
+		// Nothing was found and nothing else can be read: the job fails
+		// saying which backends failed and why, rather than succeeding with
+		// an empty report.
+		msg := strings.TrimPrefix(ns.Error(), "search: ")
+		if err := r.event("discover:done", EventData{Stage: string(store.StepSearch), Status: "error", Message: msg}); err != nil {
+			return DiscoverOutput{}, err
 		}
-		if len(q.Errors) > 0 {
-			msg += fmt.Sprintf(" (%d backend errors: %v)", len(q.Errors), q.Errors[0])
+		if err := r.step(store.StepSearch, store.StepError, 0, 0); err != nil {
+			return DiscoverOutput{}, err
 		}
-		keys = append(keys, fmt.Sprintf("discover:query:%d", i))
-		evs = append(evs, EventData{Stage: string(store.StepSearch), Status: "running", Message: msg})
+		return DiscoverOutput{}, &SearchFailed{Message: msg}
+	}
+	if serr != nil {
+		return DiscoverOutput{}, serr
 	}
 	if len(d.Sources) > 0 {
 		if err := r.p.Store.PutSources(r.ctx, r.job.ID, d.Sources); err != nil {
 			return DiscoverOutput{}, fmt.Errorf("store sources: %w", err)
 		}
 	}
-	status, msg := "complete", fmt.Sprintf("%d sources found", len(d.Sources))
-	if serr != nil && len(d.Sources) == 0 {
-		// No source at all is not a failure of the job: the report says so.
-		status, msg = "error", "no sources found: "+serr.Error()
+	if unanswered := unansweredQueries(d.Queries); unanswered > 0 {
+		why := fmt.Sprintf("%d of %d searches failed on every backend: the report rests on the %d sources the others found", unanswered, len(d.Queries), len(d.Sources))
+		if err := r.fallback(FallbackSearchIncomplete, string(store.StepSearch), why); err != nil {
+			return DiscoverOutput{}, err
+		}
 	}
-	keys = append(keys, "discover:done")
-	evs = append(evs, EventData{Stage: string(store.StepSearch), Status: status, Message: msg, Total: len(d.Sources)})
-	if err := r.events(keys, evs); err != nil {
+	// Backends that answered but found nothing are no failure: the report
+	// says no source was found.
+	if err := r.event("discover:done", EventData{Stage: string(store.StepSearch), Status: "complete", Message: fmt.Sprintf("%d sources found", len(d.Sources)), Total: len(d.Sources)}); err != nil {
 		return DiscoverOutput{}, err
 	}
 	if err := r.step(store.StepSearch, store.StepComplete, len(d.Sources), len(d.Sources)); err != nil {
@@ -74,6 +90,43 @@ func (r *run) discover() (DiscoverOutput, error) {
 	}
 	return DiscoverOutput{Sources: len(d.Sources), Summarize: r.p.Config.Research.Agent.Enabled}, nil
 }
+
+// queryEvent tells how one query went: "running" when it went well, a
+// "warning" naming each backend that failed it.
+func queryEvent(q search.QueryOutcome) EventData {
+	ev := EventData{Stage: string(store.StepSearch), Status: "running", Message: fmt.Sprintf("%q: %d results", q.Query, q.Results)}
+	if q.Backend != "" {
+		ev.Message += " from " + q.Backend
+	}
+	if len(q.Errors) > 0 {
+		ev.Status = "warning"
+		why := make([]string, len(q.Errors))
+		for i, e := range q.Errors {
+			why[i] = strings.TrimPrefix(e.Error(), "search: ")
+		}
+		ev.Message += " (" + strings.Join(why, "; ") + ")"
+	}
+	return ev
+}
+
+// unansweredQueries counts the queries that every backend failed.
+func unansweredQueries(qs []search.QueryOutcome) int {
+	n := 0
+	for _, q := range qs {
+		if q.Backend == "" && len(q.Errors) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// SearchFailed fails a job whose searches all failed when it had no seed
+// URL either: there is nothing to read. The state machine names the error
+// after the type, so the job's error reads "SearchFailed: no source found:
+// every search failed: searxng: ...".
+type SearchFailed struct{ Message string }
+
+func (e *SearchFailed) Error() string { return e.Message }
 
 // budget is the job's scaled budget (mode x optimization), its crawl time
 // capped by research.max_crawl_duration.

@@ -24,12 +24,13 @@ type ProvisionOutput struct {
 
 // Fallbacks a job records when it degrades.
 const (
-	FallbackSnippets     = "snippets"          // no sandbox or no crawl output: the search snippets
-	FallbackHTTPMode     = "http_mode"         // no browser in the sandbox: pages fetched over HTTP
-	FallbackPartialCrawl = "partial_crawl"     // the crawler ran out of time: what it collected
-	FallbackChunkedRead  = "chunked_read"      // the output file came back truncated: re-read in chunks
-	FallbackRawExtracts  = "raw_extracts"      // the summarizing agent failed: the pages' own text
-	FallbackExtractive   = "extractive_report" // no model answered: a report built from the sources
+	FallbackSnippets         = "snippets"          // no sandbox or no crawl output: the search snippets
+	FallbackSearchIncomplete = "search_incomplete" // some queries failed on every backend: the others' sources
+	FallbackHTTPMode         = "http_mode"         // no browser in the sandbox: pages fetched over HTTP
+	FallbackPartialCrawl     = "partial_crawl"     // the crawler ran out of time: what it collected
+	FallbackChunkedRead      = "chunked_read"      // the output file came back truncated: re-read in chunks
+	FallbackRawExtracts      = "raw_extracts"      // the summarizing agent failed: the pages' own text
+	FallbackExtractive       = "extractive_report" // no model answered: a report built from the sources
 )
 
 // Where the crawler is found in a sandbox: mounted by providers that can

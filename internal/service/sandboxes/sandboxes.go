@@ -115,6 +115,23 @@ func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, err
 	return m.st.LedgerGet(ctx, name)
 }
 
+// Held returns the live sandboxes owner holds (ledger entries not closed
+// that have a provider id), oldest first: what a phase ending a job may
+// still read from before ReleaseOwner takes them.
+func (m *Manager) Held(ctx context.Context, owner Owner) ([]store.LedgerEntry, error) {
+	entries, err := m.st.LedgerListByOwner(ctx, owner.String())
+	if err != nil {
+		return nil, err
+	}
+	held := entries[:0]
+	for _, e := range entries {
+		if e.State != store.LedgerTerminated && e.ProviderID != "" {
+			held = append(held, e)
+		}
+	}
+	return held, nil
+}
+
 // capabilities asks the provider once; a failure is not remembered.
 func (m *Manager) capabilities(ctx context.Context) (providers.Capabilities, error) {
 	m.capsMu.Lock()

@@ -297,18 +297,40 @@ func TestNoRetryOnClientError(t *testing.T) {
 	}
 }
 
-// A backend that never answers is cut off by the per-request timeout and
-// retried like a connection error.
+// A backend that never answers is cut off by the timeout, which bounds the
+// whole search: it is not asked again.
 func TestTimeout(t *testing.T) {
+	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
 	w, _ := search.NewWikipedia("en", srv.URL, search.HTTP{Timeout: 20 * time.Millisecond, Attempts: 2, Backoff: time.Millisecond})
 	_, err := w.Search(ctx(t), "go", 5)
 	var e *search.Error
-	if !errors.As(err, &e) || e.Status != 0 || e.Attempts != 2 || !strings.Contains(err.Error(), "search: wikipedia: ") {
-		t.Fatalf("err = %v", err)
+	if !errors.As(err, &e) || e.Status != 0 || e.Attempts != 1 || hits.Load() != 1 || !errors.Is(err, context.DeadlineExceeded) ||
+		err.Error() != "search: wikipedia: no answer within 20ms" {
+		t.Fatalf("err = %v, requests %d", err, hits.Load())
+	}
+}
+
+// Retries fit in the timeout: a backend that answers 503 and then hangs
+// fails once the timeout is spent, saying both.
+func TestTimeoutSpansRetries(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) == 1 {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	w, _ := search.NewWikipedia("en", srv.URL, search.HTTP{Timeout: 200 * time.Millisecond, Attempts: 5, Backoff: time.Millisecond})
+	_, err := w.Search(ctx(t), "go", 5)
+	if err == nil || hits.Load() != 2 || err.Error() != "search: wikipedia: HTTP 503 Service Unavailable: busy; then no answer within 200ms (after 2 attempts)" {
+		t.Fatalf("err = %v, requests %d", err, hits.Load())
 	}
 }
 

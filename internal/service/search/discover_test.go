@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/search"
@@ -82,7 +86,7 @@ func TestDiscoverRanksDedupesAndCaps(t *testing.T) {
 			"https://example.com/d|D|d",
 		},
 	})
-	d, err := search.Discover(ctx(t), []search.Backend{s}, "go", []string{"go overview"}, []string{"https://SEED.example/x#frag", "http://other.example:80"}, 4)
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "go", []string{"go overview"}, []string{"https://SEED.example/x#frag", "http://other.example:80"}, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +114,7 @@ func TestDiscoverRanksDedupesAndCaps(t *testing.T) {
 	if s := d.Sources[3]; s.Title != "B2" || s.Snippet != "b again" {
 		t.Errorf("example.com/b = %+v (rank 1 answer should win over rank 3)", s)
 	}
-	wantQ := []search.QueryOutcome{{Query: "go", Backend: "searxng", Results: 4}, {Query: "go overview", Backend: "searxng", Results: 4}}
+	wantQ := []search.QueryOutcome{{Query: "go", Backend: "searxng", Results: 4}, {N: 1, Query: "go overview", Backend: "searxng", Results: 4}}
 	if !reflect.DeepEqual(d.Queries, wantQ) {
 		t.Errorf("queries = %+v", d.Queries)
 	}
@@ -123,7 +127,7 @@ func TestDiscoverFrequencyBreaksRankTies(t *testing.T) {
 		"q 2": {"https://c.example/|c|c", "https://b.example/|b|b"},
 		"q 3": {"https://d.example/|d|d", "https://b.example/|b|b"},
 	})
-	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", []string{"q 2", "q 3"}, nil, 10)
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", []string{"q 2", "q 3"}, nil, 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +139,7 @@ func TestDiscoverFrequencyBreaksRankTies(t *testing.T) {
 		"q":   {"https://a.example/|a|a", "https://b.example/|b|b"},
 		"q 2": {"https://b.example/|b|b", "https://c.example/|c|c"},
 	})
-	d, _ = search.Discover(ctx(t), []search.Backend{s2}, "q", []string{"q 2"}, nil, 10)
+	d, _ = search.Discover(ctx(t), []search.Backend{s2}, "q", []string{"q 2"}, nil, 10, nil)
 	want = []string{"https://b.example/", "https://a.example/", "https://c.example/"}
 	if got := urls(d.Sources); !reflect.DeepEqual(got, want) {
 		t.Fatalf("b is rank 1 in two answers, a in one: got %v want %v", got, want)
@@ -151,7 +155,7 @@ func TestDiscoverFallsBackInOrder(t *testing.T) {
 	wikiSrv, wikiHits := fakeWikipedia(t, wikipediaAnswer)
 	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
 
-	d, err := search.Discover(ctx(t), []search.Backend{down, refused, empty, wiki}, "go", search.RelatedQueries("go", 2), nil, 10)
+	d, err := search.Discover(ctx(t), []search.Backend{down, refused, empty, wiki}, "go", search.RelatedQueries("go", 2), nil, 10, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,27 +170,168 @@ func TestDiscoverFallsBackInOrder(t *testing.T) {
 			t.Errorf("query %d = %+v", i, q)
 		}
 	}
-	if n := len(d.Queries[0].Errors); n != 2 {
-		t.Errorf("first query errors = %v", d.Queries[0].Errors)
+	for i, q := range d.Queries {
+		if q.N != i || !strings.Contains(q.Errors[0].Error(), "HTTP 502") {
+			t.Errorf("query %d = %+v", i, q)
+		}
 	}
-	if n := len(d.Queries[1].Errors); n != 1 || !strings.Contains(d.Queries[1].Errors[0].Error(), "HTTP 502") {
-		t.Errorf("second query errors = %v (the refusing backend must be skipped)", d.Queries[1].Errors)
-	}
-	// 3 queries x 3 attempts on the 502 backend, 1 on the refusing one.
-	if downHits.Load() != 9 || refusedHits.Load() != 1 || emptyHits.Load() != 3 || wikiHits.Load() != 3 {
+	// 3 queries x 3 attempts on the 502 backend; the refusing one is asked
+	// at most once per query (the queries run at once: those that reach it
+	// after its refusal skip it).
+	if downHits.Load() != 9 || refusedHits.Load() < 1 || refusedHits.Load() > 3 || emptyHits.Load() != 3 || wikiHits.Load() != 3 {
 		t.Errorf("requests: down %d refused %d empty %d wiki %d", downHits.Load(), refusedHits.Load(), emptyHits.Load(), wikiHits.Load())
+	}
+}
+
+// A backend that refused outright is not asked by a query that comes to it
+// after the refusal.
+func TestDiscoverSkipsARefusingBackend(t *testing.T) {
+	refused, refusedHits := failing(t, http.StatusUnauthorized)
+	// The first backend holds the related queries until the query itself
+	// is done, so that they reach the refusing backend after its refusal.
+	first, _ := searx(t, nil)
+	queryDone := make(chan struct{})
+	held := heldBackend{Backend: first, hold: func(q string) {
+		if q != "go" {
+			<-queryDone
+		}
+	}}
+	wikiSrv, _ := fakeWikipedia(t, wikipediaAnswer)
+	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
+	d, err := search.Discover(ctx(t), []search.Backend{held, refused, wiki}, "go", search.RelatedQueries("go", 3), nil, 10, func(o search.QueryOutcome) {
+		if o.N == 0 {
+			close(queryDone)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refusedHits.Load() != 1 {
+		t.Errorf("the refusing backend was asked %d times", refusedHits.Load())
+	}
+	refusals := 0
+	for _, q := range d.Queries {
+		refusals += len(q.Errors)
+		if q.Backend != "wikipedia" {
+			t.Errorf("query %+v", q)
+		}
+	}
+	if refusals != 1 || len(d.Queries[0].Errors) != 1 {
+		t.Errorf("%d refusals recorded: %+v", refusals, d.Queries)
+	}
+}
+
+type heldBackend struct {
+	search.Backend
+	hold func(query string)
+}
+
+func (h heldBackend) Search(ctx context.Context, q string, limit int) ([]search.Result, error) {
+	h.hold(q)
+	return h.Backend.Search(ctx, q, limit)
+}
+
+// hanging is a SearxNG that never answers: each request is held until the
+// client gives up. It counts requests per query and the most in flight at
+// once.
+func hanging(t *testing.T, h search.HTTP) (*search.SearxNG, func() (perQuery map[string]int, maxInFlight int)) {
+	t.Helper()
+	var (
+		mu       sync.Mutex
+		perQuery = map[string]int{}
+		inFlight int
+		most     int
+	)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		perQuery[r.URL.Query().Get("q")]++
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-r.Context().Done()
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	s, err := search.NewSearxNG(srv.URL, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, func() (map[string]int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(perQuery), most
+	}
+}
+
+// A backend that never answers costs its timeout once per query, with the
+// queries asked at once; the next backend answers each of them, and each
+// outcome is reported as soon as it is known.
+func TestDiscoverHangingBackendCostsOneTimeoutPerQuery(t *testing.T) {
+	stuck, stats := hanging(t, search.HTTP{Timeout: time.Second, Attempts: 3, Backoff: time.Millisecond})
+	wikiSrv, wikiHits := fakeWikipedia(t, wikipediaAnswer)
+	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
+	related := search.RelatedQueries("go", 3)
+	var reported []int
+	d, err := search.Discover(ctx(t), []search.Backend{stuck, wiki}, "go", related, nil, 10, func(o search.QueryOutcome) {
+		reported = append(reported, o.N)
+		if o.Backend != "wikipedia" || len(o.Errors) != 1 {
+			t.Errorf("outcome %+v", o)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perQuery, most := stats()
+	for _, q := range append([]string{"go"}, related...) {
+		if perQuery[q] != 1 {
+			t.Errorf("query %q reached the hanging backend %d times, want once", q, perQuery[q])
+		}
+	}
+	if most != 4 {
+		t.Errorf("at most %d queries were in flight at once, want all 4", most)
+	}
+	if wikiHits.Load() != 4 || len(d.Sources) != 3 {
+		t.Errorf("wikipedia asked %d times, %d sources", wikiHits.Load(), len(d.Sources))
+	}
+	slices.Sort(reported)
+	if !slices.Equal(reported, []int{0, 1, 2, 3}) {
+		t.Errorf("reported %v", reported)
+	}
+	for _, q := range d.Queries {
+		if e := q.Errors[0]; !strings.Contains(e.Error(), "search: searxng: no answer within 1s") || !errors.Is(e, context.DeadlineExceeded) {
+			t.Errorf("error %v", e)
+		}
+	}
+}
+
+// When every search fails and there are no seeds, the error names each
+// backend once, with its reason and how many queries it failed.
+func TestDiscoverNoSourceNamesEachBackend(t *testing.T) {
+	stuck, _ := hanging(t, search.HTTP{Timeout: 100 * time.Millisecond})
+	downSrv, _ := flaky(t, []int{503, 503, 503, 503, 503, 503}, nil, wikipediaAnswer)
+	down, _ := search.NewWikipedia("en", downSrv.URL, fast)
+	_, err := search.Discover(ctx(t), []search.Backend{stuck, down}, "go", search.RelatedQueries("go", 1), nil, 10, nil)
+	var ns *search.NoSourceError
+	if !errors.As(err, &ns) || ns.Queries != 2 || len(ns.Errors) != 4 {
+		t.Fatalf("err = %#v", err)
+	}
+	want := "search: no source found: every search failed: searxng: no answer within 100ms (2 of 2 queries); wikipedia: HTTP 503 Service Unavailable: busy (after 3 attempts) (2 of 2 queries)"
+	if err.Error() != want {
+		t.Errorf("err = %q\nwant  %q", err, want)
 	}
 }
 
 func TestDiscoverEveryBackendFails(t *testing.T) {
 	down, _ := failing(t, http.StatusServiceUnavailable)
-	_, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, nil, 10)
+	_, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, nil, 10, nil)
 	var e *search.Error
-	if err == nil || !errors.As(err, &e) || e.Backend != "searxng" || !strings.HasPrefix(err.Error(), "search: no source found: search: searxng: HTTP 503") {
+	if err == nil || !errors.As(err, &e) || e.Backend != "searxng" || err.Error() != "search: no source found: every search failed: searxng: HTTP 503 Service Unavailable: upstream trouble (after 3 attempts)" {
 		t.Fatalf("err = %v", err)
 	}
 	// With seeds the job still has sources; the failure is in Queries.
-	d, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, []string{"https://a.example/"}, 10)
+	d, err := search.Discover(ctx(t), []search.Backend{down}, "go", nil, []string{"https://a.example/"}, 10, nil)
 	if err != nil || len(d.Sources) != 1 || len(d.Queries) != 1 || d.Queries[0].Backend != "" || len(d.Queries[0].Errors) != 1 {
 		t.Fatalf("d = %+v, err = %v", d, err)
 	}
@@ -196,7 +341,7 @@ func TestDiscoverEveryBackendFails(t *testing.T) {
 func TestDiscoverSeedsBeyondCap(t *testing.T) {
 	s, _ := searx(t, map[string][]string{"q": {"https://r.example/|r|r"}})
 	seeds := []string{"https://a.example/1", "https://a.example/2", "https://A.example/1#dup", "https://a.example/3"}
-	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, seeds, 2)
+	d, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, seeds, 2, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +350,7 @@ func TestDiscoverSeedsBeyondCap(t *testing.T) {
 		t.Fatalf("got %v want %v", got, want)
 	}
 	none, _ := searx(t, nil)
-	d, err = search.Discover(ctx(t), []search.Backend{none}, "nothing", nil, nil, 5)
+	d, err = search.Discover(ctx(t), []search.Backend{none}, "nothing", nil, nil, 5, nil)
 	if err != nil || len(d.Sources) != 0 || d.Queries[0].Backend != "searxng" {
 		t.Fatalf("d = %+v, err = %v", d, err)
 	}
@@ -213,15 +358,15 @@ func TestDiscoverSeedsBeyondCap(t *testing.T) {
 
 func TestDiscoverBadInput(t *testing.T) {
 	s, _ := searx(t, nil)
-	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"ftp://x.example/"}, 5); err == nil || !strings.Contains(err.Error(), "is not http or https") {
+	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, []string{"ftp://x.example/"}, 5, nil); err == nil || !strings.Contains(err.Error(), "is not http or https") {
 		t.Errorf("ftp seed: %v", err)
 	}
-	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, nil, 0); err == nil {
+	if _, err := search.Discover(ctx(t), []search.Backend{s}, "q", nil, nil, 0, nil); err == nil {
 		t.Error("limit 0 accepted")
 	}
 	c, cancel := context.WithCancel(ctx(t))
 	cancel()
-	if _, err := search.Discover(c, []search.Backend{s}, "q", nil, nil, 5); !errors.Is(err, context.Canceled) {
+	if _, err := search.Discover(c, []search.Backend{s}, "q", nil, nil, 5, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -307,5 +452,29 @@ func TestFromConfig(t *testing.T) {
 	_, err = search.FromConfig(c, func(k string) string { return env[k] }, fast)
 	if err == nil || !strings.Contains(err.Error(), "TEST_SERPER_KEY is not set") {
 		t.Fatalf("missing key: %v", err)
+	}
+}
+
+// BenchmarkDiscoverHangingBackend is a job's search when its first backend
+// never answers: 4 queries (max mode), a 100 ms timeout and 3 attempts.
+// One op costs about one timeout (queries at once, no retry after a
+// timeout), where asking in turn with a timeout per attempt cost
+// 4 x 3 x 100 ms plus the backoffs.
+func BenchmarkDiscoverHangingBackend(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	stuck, _ := search.NewSearxNG(srv.URL, search.HTTP{Timeout: 100 * time.Millisecond, Attempts: 3, Backoff: 10 * time.Millisecond})
+	wikiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, wikipediaAnswer)
+	}))
+	defer wikiSrv.Close()
+	wiki, _ := search.NewWikipedia("en", wikiSrv.URL, fast)
+	related := search.RelatedQueries("go", 3)
+	for b.Loop() {
+		if _, err := search.Discover(context.Background(), []search.Backend{stuck, wiki}, "go", related, nil, 10, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

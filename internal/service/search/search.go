@@ -51,10 +51,12 @@ type HTTP struct {
 	// Client sends the requests; nil means http.DefaultClient. Timeouts
 	// come from Timeout, not from the client.
 	Client *http.Client
-	// Timeout bounds one request, body included. Default 20 s.
+	// Timeout bounds one search: every attempt, every wait between them
+	// and every body read. A backend that never answers costs it once per
+	// query, not once per attempt. Default 20 s.
 	Timeout time.Duration
 	// Attempts is how often a request is sent when it meets a 429, a 5xx
-	// or a connection error. Default 3.
+	// or a connection error, within Timeout. Default 3.
 	Attempts int
 	// Backoff is the wait before the first retry; it doubles with each
 	// retry, up to 8 times Backoff. A Retry-After header within that bound
@@ -140,6 +142,17 @@ func (h HTTP) do(ctx context.Context, backend, secret string, newReq func(contex
 		}
 		return &Error{Backend: backend, Status: status, Attempts: attempts, Detail: detail, err: cause}
 	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	// gaveUp says why the search stopped early: the caller's context ended,
+	// or the backend used up its Timeout.
+	gaveUp := func() (string, error) {
+		if err := parent.Err(); err != nil {
+			return err.Error(), err
+		}
+		return fmt.Sprintf("no answer within %s", h.Timeout), context.DeadlineExceeded
+	}
 	var last *Error
 	for attempt := 1; attempt <= h.Attempts; attempt++ {
 		if attempt > 1 {
@@ -151,14 +164,19 @@ func (h HTTP) do(ctx context.Context, backend, secret string, newReq func(contex
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, fail(last.Status, attempt-1, last.Detail+"; gave up: "+ctx.Err().Error(), ctx.Err())
+				why, cause := gaveUp()
+				return nil, fail(last.Status, attempt-1, last.Detail+"; gave up: "+why, cause)
 			case <-t.C:
 			}
 		}
 		body, status, header, err := h.once(ctx, newReq)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, fail(0, attempt, ctx.Err().Error(), ctx.Err())
+			why, cause := gaveUp()
+			if last != nil {
+				return nil, fail(last.Status, attempt, last.Detail+"; then "+why, cause)
+			}
+			return nil, fail(0, attempt, why, cause)
 		case err != nil:
 			// No cause kept: transport errors quote the request URL.
 			last = fail(0, attempt, err.Error(), nil)
@@ -176,8 +194,6 @@ func (h HTTP) do(ctx context.Context, backend, secret string, newReq func(contex
 }
 
 func (h HTTP) once(ctx context.Context, newReq func(context.Context) (*http.Request, error)) ([]byte, int, http.Header, error) {
-	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
-	defer cancel()
 	req, err := newReq(ctx)
 	if err != nil {
 		return nil, 0, nil, err

@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/providers"
@@ -45,6 +48,11 @@ type deps struct {
 	// packages are the specs, sorted: the snapshot is named by them.
 	packages []string
 	slug     string
+	// buildEnv ([sessions] build_env: a proxy, a CA bundle) is exported to
+	// the package managers' commands only, never into a snapshot's or a
+	// sandbox's environment; it does not name the snapshot, since it does
+	// not change what is installed.
+	buildEnv map[string]string
 }
 
 func planDeps(list []config.SessionDependency) deps {
@@ -72,15 +80,23 @@ func (d deps) setup(root string) ([]string, map[string]string) {
 	}
 	cmds := []string{"mkdir -p " + shellQuote(root)}
 	env := map[string]string{}
+	export := ""
+	if len(d.buildEnv) > 0 {
+		export = "export"
+		for _, k := range slices.Sorted(maps.Keys(d.buildEnv)) {
+			export += " " + k + "=" + shellQuote(d.buildEnv[k])
+		}
+		export += " && "
+	}
 	if len(npm) > 0 {
 		dir := root + "/node"
-		cmds = append(cmds, "mkdir -p "+shellQuote(dir)+" && npm install --prefix "+shellQuote(dir)+
+		cmds = append(cmds, export+"mkdir -p "+shellQuote(dir)+" && npm install --prefix "+shellQuote(dir)+
 			" --no-audit --no-fund --no-update-notifier --loglevel=error "+shellQuoteAll(npm))
 		env["NODE_PATH"] = dir + "/node_modules"
 	}
 	if len(pip) > 0 {
 		dir := root + "/python"
-		cmds = append(cmds, "python3 -m pip install --no-input --disable-pip-version-check --quiet --target "+
+		cmds = append(cmds, export+"python3 -m pip install --no-input --disable-pip-version-check --quiet --target "+
 			shellQuote(dir)+" "+shellQuoteAll(pip))
 		env["PYTHONPATH"] = dir
 	}
@@ -111,8 +127,10 @@ type snapshotFlight struct {
 // EnsureSnapshot makes sure the dependency snapshot exists, building it if
 // needed. Concurrent callers in this process wait for one build; the
 // provider makes builds from several processes build once. The build goes
-// on when a caller gives up waiting. Without snapshot support it does
-// nothing: sandboxes install the dependencies as they start.
+// on when a caller gives up waiting. A failed build is remembered for
+// [sessions] snapshot_retry_after: callers meanwhile get its error at once.
+// Without snapshot support it does nothing: sandboxes install the
+// dependencies as they start.
 func (s *Service) EnsureSnapshot(ctx context.Context) error {
 	f, err := s.startSnapshot(ctx)
 	if f == nil || err != nil {
@@ -128,14 +146,18 @@ func (s *Service) EnsureSnapshot(ctx context.Context) error {
 
 // StartSnapshot begins building the dependency snapshot, if it is not
 // there, without waiting for it: the first runs wait instead. A failed
-// build is logged, and the next run tries again.
+// build is logged, and runs report it.
 func (s *Service) StartSnapshot(ctx context.Context) error {
 	_, err := s.startSnapshot(ctx)
+	if KindOf(err) == KindUnavailable && s.snapshotFailed() {
+		return nil // remembered: the runs say it
+	}
 	return err
 }
 
 // startSnapshot returns the build in flight, starting one if needed, or
-// nil when the snapshot is known to exist or not needed.
+// nil when the snapshot is known to exist or not needed; or the failure of
+// a recent build.
 func (s *Service) startSnapshot(ctx context.Context) (*snapshotFlight, error) {
 	if !s.cfg.Enabled {
 		return nil, ErrDisabled
@@ -152,6 +174,12 @@ func (s *Service) startSnapshot(ctx context.Context) (*snapshotFlight, error) {
 	if s.snapFlight != nil {
 		return s.snapFlight, nil
 	}
+	if f := s.snapFailure; f != nil {
+		if now, until := time.Now(), f.at.Add(s.cfg.SnapshotRetryAfter.D()); now.Before(until) {
+			return nil, f.again(now, until)
+		}
+		s.snapFailure = nil
+	}
 	f := &snapshotFlight{done: make(chan struct{})}
 	s.snapFlight = f
 	s.bg.Add(1)
@@ -164,11 +192,51 @@ func (s *Service) startSnapshot(ctx context.Context) (*snapshotFlight, error) {
 		s.snapFlight = nil
 		s.snapReady = err == nil
 		f.err = err
+		var failed *snapshotFailure
+		if errors.As(err, &failed) {
+			f.err = failed.again(failed.at, failed.at.Add(s.cfg.SnapshotRetryAfter.D()))
+			if s.base.Err() == nil { // a build cut by shutdown is no verdict
+				s.snapFailure = failed
+			}
+		}
 		s.snapMu.Unlock()
 		close(f.done)
 	}()
 	return f, nil
 }
+
+func (s *Service) snapshotFailed() bool {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	return s.snapFailure != nil
+}
+
+// snapshotFailure is a build the provider ran and that failed: what the
+// client is told (the build's last lines of output) and when it happened.
+type snapshotFailure struct {
+	at      time.Time
+	message string
+	err     error
+}
+
+func (f *snapshotFailure) Error() string { return f.message }
+func (f *snapshotFailure) Unwrap() error { return f.err }
+
+// again is the failure as a run sees it at now, until is when the next
+// run builds again.
+func (f *snapshotFailure) again(now, until time.Time) *Error {
+	msg := f.message
+	left := until.Sub(now)
+	if left > 0 {
+		msg += fmt.Sprintf("\n(the build failed at %s; runs until %s get this answer without building again: fix the cause and restart the server to build sooner)",
+			f.at.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+	}
+	return &Error{Kind: KindUnavailable, Message: msg, Err: f.err, RetryAfter: left}
+}
+
+// buildOutputLines is how many of the provider's last lines of a failed
+// build reach the client.
+const buildOutputLines = 30
 
 func (s *Service) buildSnapshot(ctx context.Context) error {
 	_, err := s.prov.GetSnapshot(ctx, s.deps.slug)
@@ -182,11 +250,40 @@ func (s *Service) buildSnapshot(ctx context.Context) error {
 	s.log.Info("building the dependency snapshot", "snapshot", s.deps.slug, "packages", len(s.deps.packages))
 	start := time.Now()
 	if _, err := s.prov.EnsureSnapshot(ctx, s.deps.snapshotSpec()); err != nil {
-		s.log.Error("dependency snapshot build failed", "snapshot", s.deps.slug, "err", s.redact.Error(err))
-		return &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the dependency snapshot %s could not be built", s.deps.slug), Err: s.hide(err)}
+		shown := s.buildRedact.Error(err)
+		s.log.Error("dependency snapshot build failed", "snapshot", s.deps.slug, "err", shown)
+		if ctx.Err() != nil {
+			return &Error{Kind: KindUnavailable, Message: fmt.Sprintf("the dependency snapshot %s could not be built in time", s.deps.slug), Err: s.hideBuild(err)}
+		}
+		return &snapshotFailure{
+			at:      time.Now(),
+			message: fmt.Sprintf("the dependency snapshot %s could not be built:\n%s", s.deps.slug, lastLines(shown, buildOutputLines)),
+			err:     s.hideBuild(err),
+		}
 	}
 	s.log.Info("dependency snapshot built", "snapshot", s.deps.slug, "took", time.Since(start))
 	return nil
+}
+
+// lastLines keeps the last n lines of s, at most MaxErrorBytes/2 bytes of
+// them, saying what was cut.
+func lastLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	lines := strings.Split(s, "\n")
+	cut := ""
+	if len(lines) > n {
+		cut = fmt.Sprintf("[%d earlier lines left out]\n", len(lines)-n)
+		lines = lines[len(lines)-n:]
+	}
+	out := strings.Join(lines, "\n")
+	if limit := MaxErrorBytes / 2; len(out) > limit {
+		start := len(out) - limit
+		for start < len(out) && !utf8.RuneStart(out[start]) {
+			start++
+		}
+		out, cut = out[start:], "[…]"
+	}
+	return cut + out
 }
 
 // shellQuote quotes s for /bin/sh.

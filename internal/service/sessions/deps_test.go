@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -194,5 +199,101 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	if strings.Contains(fmt.Sprint(sess, entries), strings.TrimSuffix(secret, `"\q`)) {
 		t.Fatal("the secret is in the session's records")
+	}
+}
+
+// A dependency snapshot that cannot be built says why (the build's last
+// lines, credentials redacted) and is not built again for
+// snapshot_retry_after; build_env reaches npm.
+func TestSnapshotFailureSaysWhyOnce(t *testing.T) {
+	// npm reads its registry from this variable; build_env hands it over.
+	// The registry refuses connections, and npm is not to retry for a
+	// minute first.
+	const password = "pw-never-shown-7c1f"
+	t.Setenv("NPM_CONFIG_REGISTRY", "http://builder:"+password+"@127.0.0.1:1/")
+	t.Setenv("NPM_CONFIG_FETCH_RETRIES", "0")
+	buildEnv := `build_env = ["NPM_CONFIG_REGISTRY", "NPM_CONFIG_FETCH_RETRIES"]`
+	allow := `allow_private = ["127.0.0.1:1"]`
+	deps := depsTable("sandstep-no-such-package@1.0.0")
+
+	e := newEnv(t, envConfig{deps: deps, sandbox: allow, sessions: buildEnv + "\nsnapshot_retry_after = \"1h\""})
+	first := e.do(http.MethodPost, "/v1/sessions/b1/run", tokenAcme, map[string]any{"language": "javascript", "code": "1"})
+	msg := wantError(t, first, http.StatusServiceUnavailable, "unavailable", "")
+	for _, want := range []string{
+		"the dependency snapshot " + e.stack.Sessions.SnapshotSlug() + " could not be built",
+		"npm error code ECONNREFUSED",
+		// npm's own words: the registry of build_env was asked.
+		"request to http://builder:***@127.0.0.1:1/sandstep-no-such-package failed",
+		// The command as the provider quotes it, the credentials hidden.
+		"NPM_CONFIG_REGISTRY='[REDACTED:NPM_CONFIG_REGISTRY]'",
+		"runs until",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error lacks %q:\n%s", want, msg)
+		}
+	}
+	if ra, _ := strconv.Atoi(first.header.Get("Retry-After")); ra < 3500 || ra > 3600 {
+		t.Errorf("Retry-After = %q, want the hour of snapshot_retry_after", first.header.Get("Retry-After"))
+	}
+	// The next run, in another session, gets the same answer at once.
+	second := e.do(http.MethodPost, "/v1/sessions/b2/run", tokenAcme, map[string]any{"language": "javascript", "code": "1"})
+	if again := wantError(t, second, http.StatusServiceUnavailable, "unavailable", ""); !strings.Contains(again, "sandstep-no-such-package") {
+		t.Errorf("second run: %s", again)
+	}
+	if n := e.stack.Sessions.SnapshotBuilds(); n != 1 {
+		t.Errorf("%d builds: a failed build must be remembered", n)
+	}
+	for _, text := range []string{string(first.body), string(second.body), e.logs.String()} {
+		if strings.Contains(text, password) {
+			t.Fatalf("the registry password leaked:\n%s", text)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "dependency snapshot build failed") {
+		t.Error("the failed build was not logged")
+	}
+	db := e.db
+	e.close()
+
+	// With snapshot_retry_after = "0s", every run builds again.
+	retry := newEnv(t, envConfig{db: db, deps: deps, sandbox: allow, sessions: buildEnv + "\nsnapshot_retry_after = \"0s\""})
+	for _, sid := range []string{"c1", "c2"} {
+		r := retry.do(http.MethodPost, "/v1/sessions/"+sid+"/run", tokenAcme, map[string]any{"language": "javascript", "code": "1"})
+		if m := wantError(t, r, http.StatusServiceUnavailable, "unavailable", ""); strings.Contains(m, "runs until") {
+			t.Errorf("nothing is remembered with 0s: %s", m)
+		}
+	}
+	if n := retry.stack.Sessions.SnapshotBuilds(); n != 2 {
+		t.Errorf("%d builds for 2 runs with snapshot_retry_after = 0s", n)
+	}
+}
+
+// build_env reaches the package manager's install scripts and no sandbox
+// that runs code; a variable it names must be set.
+func TestBuildEnvOnlyReachesTheBuild(t *testing.T) {
+	need(t, "npm", "the dependency tests install a local npm package")
+	fixtureOnce.Do(func() { fixtureErr = os.Chmod(fixtureDir, 0o755) })
+	src := t.TempDir()
+	pkg, _ := json.Marshal(map[string]any{"name": "sandstep-fixture-env", "version": "1.0.0", "main": "index.js",
+		"scripts": map[string]string{"postinstall": `node -e "require('fs').writeFileSync('seen.json', JSON.stringify(process.env.SANDSTEP_TEST_BUILD_MARK || null))"`}})
+	os.WriteFile(filepath.Join(src, "package.json"), pkg, 0o644)
+	os.WriteFile(filepath.Join(src, "index.js"), []byte("module.exports = require('./seen.json');\n"), 0o644)
+	cmd := exec.Command("npm", "pack", "--pack-destination", fixtureDir)
+	cmd.Dir = src
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm pack: %v\n%s", err, out)
+	}
+	spec := "file:" + filepath.Join(fixtureDir, "sandstep-fixture-env-1.0.0.tgz")
+
+	t.Setenv("SANDSTEP_TEST_BUILD_MARK", "mark-from-build-env")
+	e := newEnv(t, envConfig{deps: depsTable(spec), sessions: "build_env = [\"SANDSTEP_TEST_BUILD_MARK\"]"})
+	run := e.run(tokenAcme, "env", "javascript", "[require('sandstep-fixture-env'), process.env.SANDSTEP_TEST_BUILD_MARK ?? null]")
+	if wantOK(t, run); string(toJSON(t, run["result"])) != `["mark-from-build-env",null]` {
+		t.Fatalf("result = %s, want the mark seen by the install only", toJSON(t, run["result"]))
+	}
+
+	t.Setenv("SANDSTEP_TEST_BUILD_MARK", "")
+	_, err := sessions.New(sessions.Options{Config: e.cfg, Store: e.st})
+	if err == nil || err.Error() != "sessions.build_env[0]: environment variable SANDSTEP_TEST_BUILD_MARK is not set or is empty" {
+		t.Fatalf("New with the variable unset: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package sessions
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Kind classifies an error for the caller (the API turns it into a
@@ -33,6 +34,9 @@ type Error struct {
 	Message string
 	// Err is the cause, for logs (redacted like Message).
 	Err error
+	// RetryAfter, when set, is when asking again can help (a failed
+	// dependency build is remembered this long).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

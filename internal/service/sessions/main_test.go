@@ -31,6 +31,13 @@ import (
 // pluginDir holds the local provider plugin, built once for the package.
 var pluginDir string
 
+// toolsDir is every test sandbox's tools_dir: it holds Deno, as make build
+// puts it in bin/sandbox, when make deps installed it.
+var (
+	toolsDir  string
+	toolsOnce sync.Once
+)
+
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
@@ -40,6 +47,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	toolsDir = filepath.Join(dir, "tools")
 	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -158,6 +166,7 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		ec.sessions += "\nsync_wait = \"25s\""
 	}
 	roPaths, _ := json.Marshal(append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}, fixtureDir))
+	toolsOnce.Do(func() { testbin.LinkDeno(t, toolsDir) })
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
@@ -166,6 +175,7 @@ name = "local"
 plugin_dir = %q
 [provider.local]
 ro_paths = %s
+tools_dir = %q
 %s
 [sandbox]
 lifetime = "10m"
@@ -182,7 +192,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, pluginDir, roPaths, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, pluginDir, roPaths, toolsDir, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -99,6 +101,39 @@ func (s *Service) hide(err error) error {
 		return err
 	}
 	return &redactedError{msg: s.redact.Error(err), err: err}
+}
+
+// hideBuild is hide for what a dependency install said, which may also
+// quote build_env's credentials.
+func (s *Service) hideBuild(err error) error {
+	if err == nil || len(s.buildRedact.pairs) == 0 {
+		return err
+	}
+	return &redactedError{msg: s.buildRedact.Error(err), err: err}
+}
+
+// buildSecrets are the secrets plus what of build_env is secret: a value
+// with a URL's user information (a proxy's "http://user:password@host"),
+// whole and its password alone, since tools print proxy URLs their own way.
+// Other values (a CA bundle's path, a NO_PROXY list) help read an error and
+// are shown.
+func buildSecrets(secrets, buildEnv map[string]string) map[string]string {
+	out := maps.Clone(secrets)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for name, v := range buildEnv {
+		u, err := url.Parse(v)
+		if err != nil || u.User == nil {
+			continue
+		}
+		out[name] = v
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out[name+"_PASSWORD"] = pw
+			out[name+"_USERINFO"] = u.User.String()
+		}
+	}
+	return out
 }
 
 // capture keeps the beginning of a stream up to keep bytes and, when tail

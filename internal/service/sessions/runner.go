@@ -34,11 +34,18 @@ var (
 )
 
 // The programs run with /bin/sh -c, the runner as $1 and the code on
-// standard input. JavaScript prefers Deno where the sandbox has it.
+// standard input. JavaScript and TypeScript run on Deno where the sandbox
+// has it (the local provider mounts it with its tools; the Deno provider's
+// sandboxes are Deno), so that both give the same results; JavaScript falls
+// back to Node.js, TypeScript does not (Node.js before 22.13 cannot read
+// it, and a later one only strips types where Deno checks its syntax).
 const (
 	jsCommand = `if command -v deno >/dev/null 2>&1; then exec deno eval "$1"; fi
 if command -v node >/dev/null 2>&1; then exec node --no-warnings --experimental-vm-modules --expose-internals -e "$1"; fi
 echo "sandstep: the sandbox has neither Deno nor Node.js to run JavaScript" >&2
+exit 127`
+	tsCommand = `if command -v deno >/dev/null 2>&1; then exec deno eval "$1"; fi
+echo "sandstep: typescript runs on Deno, which the sandbox lacks (make deps installs it; make build puts it in tools_dir); send the code as javascript to run it on Node.js" >&2
 exit 127`
 	pyCommand = `if command -v python3 >/dev/null 2>&1; then exec python3 -c "$1"; fi
 echo "sandstep: the sandbox has no python3" >&2
@@ -66,6 +73,8 @@ func execRequest(language, code, mark string, env map[string]string, timeout tim
 		argv = []string{"/bin/sh", "-c", shCommand}
 	case LangPython:
 		argv = []string{"/bin/sh", "-c", pyCommand, "sh", pyRunner}
+	case LangTypeScript:
+		argv = []string{"/bin/sh", "-c", tsCommand, "sh", jsRunner}
 	default:
 		argv = []string{"/bin/sh", "-c", jsCommand, "sh", jsRunner}
 	}

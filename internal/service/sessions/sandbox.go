@@ -285,15 +285,16 @@ func sessionLabels(sess store.Session) map[string]string {
 // without snapshots.
 func (s *Service) installAtStart(ctx context.Context, id string) error {
 	cmds, _ := s.deps.setup(startRoot)
-	out := &capture{keep: 4 << 10}
+	out := &capture{tail: 4 << 10}
 	res, err := s.prov.Exec(ctx, id, providers.ExecRequest{
 		Shell: strings.Join(cmds, " && "), Stdout: out, Stderr: out, Timeout: setupBudget,
 	})
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exit status %d: %s", res.ExitCode, s.redact.String(string(out.head)))
+		err = fmt.Errorf("exit status %d; output ends with:\n%s", res.ExitCode, out.last())
 	}
 	if err != nil {
-		return &Error{Kind: KindUnavailable, Message: "installing the dependencies in the session's sandbox failed", Err: s.hide(err)}
+		return &Error{Kind: KindUnavailable, Message: "installing the dependencies in the session's sandbox failed: " +
+			lastLines(s.buildRedact.Error(err), buildOutputLines), Err: s.hideBuild(err)}
 	}
 	return nil
 }

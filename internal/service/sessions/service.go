@@ -91,7 +91,11 @@ type Service struct {
 	snapMu         sync.Mutex
 	snapReady      bool
 	snapFlight     *snapshotFlight
+	snapFailure    *snapshotFailure // the last build's, while remembered
 	snapshotBuilds atomic.Int64
+	// buildRedact also hides what build_env holds of secrets (a proxy's
+	// credentials), in what a dependency install says.
+	buildRedact *redactor
 
 	cacheMu   sync.Mutex
 	sandboxes map[string]sandboxInfo // by provider id
@@ -150,6 +154,16 @@ func New(opts Options) (*Service, error) {
 			values[d.SecretEnv] = v
 			s.secrets = append(s.secrets, providers.Secret{Name: d.SecretEnv, Value: v, Hosts: d.Hosts})
 		}
+		build := map[string]string{}
+		for i, name := range s.cfg.BuildEnv {
+			v := getenv(name)
+			if v == "" {
+				missing = append(missing, fmt.Errorf("sessions.build_env[%d]: environment variable %s is not set or is empty", i, name))
+				continue
+			}
+			build[name] = v
+		}
+		s.deps.buildEnv = build
 		if err := errors.Join(missing...); err != nil {
 			return nil, err
 		}
@@ -158,6 +172,7 @@ func New(opts Options) (*Service, error) {
 		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Logger: log})
 	}
 	s.redact = newRedactor(values)
+	s.buildRedact = newRedactor(buildSecrets(values, s.deps.buildEnv))
 	s.base, s.stop = context.WithCancel(context.Background())
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
 // A file written to /workspace in one run is there in a later run, after
@@ -122,19 +123,48 @@ func TestLanguages(t *testing.T) {
 	}
 }
 
-// TypeScript runs where the sandbox has Deno or a Node.js that strips
-// types; elsewhere the run says so plainly.
+// TypeScript runs on the Deno of the sandbox's tools, with the same
+// semantics as JavaScript: types erased, enums turned into JavaScript, the
+// last expression the result, top-level await, errors pointing at the
+// code's lines; and JavaScript runs on that Deno too.
 func TestTypeScript(t *testing.T) {
 	e := newEnv(t, envConfig{})
-	run := e.run(tokenAcme, "ts", "typescript", "const n: number = 40;\nn + 2")
-	if run["success"] == true {
-		if string(toJSON(t, run["result"])) != "42" {
-			t.Fatalf("result = %v", run["result"])
-		}
-		return
+	// Fails under CI=true when make deps did not install Deno.
+	if !testbin.LinkDeno(t, toolsDir) {
+		t.Skip("deno is missing (make deps installs it)")
 	}
-	if msg, _ := run["error"].(string); !strings.Contains(msg, "typescript needs Deno, or Node.js 22.13 or later") {
-		t.Fatalf("error = %q", msg)
+	for _, tc := range []struct {
+		name, lang, code string
+		result, stdout   string
+		errorHas         string
+	}{
+		{name: "last expression", lang: "typescript", code: "const n: number = 40;\nconsole.log('typed');\nn + 2", result: "42", stdout: "typed\n"},
+		{name: "enum, interface, await", lang: "typescript", code: "enum Color { Red, Green }\ninterface P { x: number }\nconst p: P = { x: await Promise.resolve(41) };\np.x + Color.Green", result: "42"},
+		{name: "generics and the workspace", lang: "typescript", code: "const fs = await import('node:fs');\nfunction first<T>(xs: T[]): T { return xs[0]; }\nfs.writeFileSync('t.txt', 'ts');\n[first<string>([fs.readFileSync('t.txt', 'utf8')]), Deno.version.deno.split('.')[0]]", result: `["ts","2"]`},
+		{name: "throws", lang: "typescript", code: "const a: number = 1;\nfunction g(): never { throw new RangeError('out of range ' + a) }\ng()", errorHas: "RangeError: out of range 1\n    at g (main.ts:2:29)\n    at main.ts:3:1"},
+		{name: "syntax error", lang: "typescript", code: "let x: = 1", errorHas: "SyntaxError"},
+		{name: "javascript on deno too", lang: "javascript", code: "const v = await Promise.resolve(typeof Deno);\nv", result: `"object"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := e.run(tokenAcme, "ts", tc.lang, tc.code)
+			if tc.errorHas != "" {
+				if msg, _ := run["error"].(string); run["success"] != false || !strings.Contains(msg, tc.errorHas) {
+					t.Fatalf("error = %q, want it to contain %q: %v", msg, tc.errorHas, run)
+				}
+				return
+			}
+			wantOK(t, run)
+			if got := string(toJSON(t, run["result"])); got != tc.result {
+				t.Errorf("result = %s, want %s", got, tc.result)
+			}
+			if tc.stdout != "" && run["stdout"] != tc.stdout {
+				t.Errorf("stdout = %q, want %q", run["stdout"], tc.stdout)
+			}
+		})
+	}
+	// Deno is on the sandbox's PATH for shell code too.
+	if out := wantOK(t, e.run(tokenAcme, "ts", "shell", "deno --version | head -1")); !strings.HasPrefix(out, "deno 2.") {
+		t.Errorf("deno --version in the sandbox: %q", out)
 	}
 }
 

@@ -106,3 +106,40 @@ func RequireTool(t testing.TB, name, debianPackage string) {
 		t.Skipf("%s is missing (Debian package %s)", name, debianPackage)
 	}
 }
+
+// DenoPath is where make deps installs Deno, relative to the module root:
+// the binary of the npm package deno, pinned in package-lock.json.
+const DenoPath = "node_modules/deno/deno"
+
+// LinkDeno puts the project's Deno into dir (a tools_dir, created if
+// needed) as make build does: hard-linked, or copied across file systems.
+// It reports false when Deno is not installed; under CI=true that fails t
+// instead, since make deps installs it.
+func LinkDeno(t testing.TB, dir string) bool {
+	t.Helper()
+	root, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(root, DenoPath)
+	if _, err := os.Stat(src); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("deno is missing (%s): make deps installs it", DenoPath)
+		}
+		return false
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "deno")
+	if _, err := os.Stat(dst); err == nil {
+		return true
+	}
+	if os.Link(src, dst) != nil {
+		out, err := exec.Command("cp", src, dst).CombinedOutput()
+		if err != nil {
+			t.Fatalf("copy deno: %v\n%s", err, out)
+		}
+	}
+	return true
+}

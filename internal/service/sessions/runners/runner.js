@@ -1,5 +1,6 @@
-// The JavaScript and TypeScript runner: node --expose-internals -e or
-// deno eval run it with the user's code on standard input. It evaluates
+// The JavaScript and TypeScript runner: deno eval, or for JavaScript
+// node --expose-internals -e, runs it with the user's code on standard
+// input. It evaluates
 // the code in the global scope, like a REPL, so that the value of the last
 // expression is the result, and after the code's own output writes one
 // line: "\n" + SANDSTEP_MARK + {"ok","error","truncated","result"}.
@@ -13,7 +14,6 @@
   delete env.SANDSTEP_MAX_RESULT;
   const isDeno = typeof Deno !== "undefined";
   const fs = await import("node:fs");
-  const os = await import("node:os");
   const path = await import("node:path");
   const url = await import("node:url");
   const util = await import("node:util");
@@ -23,7 +23,7 @@
   // require() resolves from the working directory (the session's volume)
   // and NODE_PATH (the snapshot's packages); import() of a bare name goes
   // through the same resolution, which ESM alone would not do.
-  const req = nodeModule.createRequire(path.join(process.cwd(), "[run]"));
+  const req = withNodePath(nodeModule.createRequire(path.join(process.cwd(), "[run]")));
   globalThis.require = req;
   const importer = async (spec) => {
     if (!nodeModule.isBuiltin(spec) && !/^[a-z]+:/.test(spec)) {
@@ -33,6 +33,26 @@
     }
     return import(spec);
   };
+
+  // withNodePath makes base look in NODE_PATH after the working directory,
+  // as Node.js's require does and Deno's does not.
+  function withNodePath(base) {
+    const dirs = (env.NODE_PATH || "").split(path.delimiter).filter(Boolean);
+    if (!isDeno || dirs.length === 0) return base;
+    const more = dirs.map((d) => nodeModule.createRequire(path.join(d, "[run]")));
+    const resolve = (spec, options) => {
+      for (const r of [base, ...more]) {
+        try {
+          return r.resolve(spec, options);
+        } catch (e) {
+          if (e.code !== "MODULE_NOT_FOUND") throw e;
+        }
+      }
+      return base.resolve(spec, options); // throws the working directory's error
+    };
+    const require = (spec) => (nodeModule.isBuiltin(spec) ? base(spec) : base(resolve(spec)));
+    return Object.assign(require, { resolve, cache: base.cache, main: base.main });
+  }
 
   let failure = null;
   const fail = (e) => {
@@ -49,7 +69,11 @@
       if (/^\s+at /.test(l)) break;
       head.push(l);
     }
-    const own = lines.filter((l) => /^\s+at /.test(l) && /\bmain\.(js|ts)\b/.test(l));
+    // The code's own frames: main.js on Node.js; on Deno, V8's REPL mode
+    // leaves the code unnamed ("<anonymous>:2:1"), so it is named here.
+    const own = lines
+      .filter((l) => /^\s+at /.test(l) && /\bmain\.(js|ts)\b|[( ]<anonymous>:\d/.test(l))
+      .map((l) => l.replace(/([( ])<anonymous>:(\d)/, "$1main." + (lang === "typescript" ? "ts" : "js") + ":$2"));
     return head.concat(own).join("\n");
   }
 
@@ -65,6 +89,7 @@
       const r = await new vm.Script(wrapped, opts).runInThisContext({ displayErrors: true });
       return r ? r.value : undefined;
     }
+    if (isDeno) return await replEvaluate(src);
     let script;
     try {
       script = new vm.Script(src, opts);
@@ -77,14 +102,44 @@
     return await script.runInThisContext({ displayErrors: true });
   }
 
-  async function runModule(src, ext) {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sandstep-run-"));
-    const file = path.join(dir, "main" + ext);
-    fs.writeFileSync(file, src);
+  // replEvaluate runs src as V8's own REPL mode does (Deno has no
+  // internal/repl/await): top-level await, and the last expression's value
+  // as the result. V8 hands back a handle; the value itself, or what was
+  // thrown, is fetched through a global so that it keeps its type.
+  async function replEvaluate(src) {
+    const inspector = await import("node:inspector");
+    const session = new inspector.Session();
+    session.connect();
+    const post = (method, params) =>
+      new Promise((resolve, reject) =>
+        session.post(method, params, (err, res) => (err ? reject(err) : resolve(res))),
+      );
+    const slot = "__sandstep_value";
+    const take = async (remote) => {
+      const arg = remote.objectId !== undefined
+        ? { objectId: remote.objectId }
+        : remote.unserializableValue !== undefined
+        ? { unserializableValue: remote.unserializableValue }
+        : remote.type === "undefined" ? {} : { value: remote.value };
+      const global = await post("Runtime.evaluate", { expression: "globalThis" });
+      await post("Runtime.callFunctionOn", {
+        objectId: global.result.objectId,
+        functionDeclaration: "function (v) { this." + slot + " = v; }",
+        arguments: [arg],
+      });
+      const v = globalThis[slot];
+      delete globalThis[slot];
+      return v;
+    };
     try {
-      return (await import(url.pathToFileURL(file).href)).default;
+      const res = await post("Runtime.evaluate", { expression: src, replMode: true, awaitPromise: true });
+      if (res.exceptionDetails) {
+        const d = res.exceptionDetails;
+        throw d.exception ? await take(d.exception) : new Error(d.text);
+      }
+      return await take(res.result);
     } finally {
-      fs.rmSync(dir, { recursive: true, force: true });
+      session.disconnect();
     }
   }
 
@@ -103,16 +158,20 @@
   let value;
   try {
     if (lang === "typescript") {
-      if (isDeno) {
-        value = await runModule(code, ".ts");
-      } else if (typeof nodeModule.stripTypeScriptTypes === "function") {
-        value = await runScript(nodeModule.stripTypeScriptTypes(code));
-      } else {
-        throw new Error(
-          "typescript needs Deno, or Node.js 22.13 or later, in the sandbox; it has Node.js " +
-            process.version + ". Send the code as javascript instead.",
-        );
+      if (typeof nodeModule.stripTypeScriptTypes !== "function") {
+        throw new Error("typescript runs on Deno 2, which this sandbox lacks. Send the code as javascript instead.");
       }
+      // Types erased (in place, so that errors point at the right line),
+      // or, for enums and namespaces, turned into JavaScript; then run like
+      // JavaScript: the last expression is the result.
+      let js;
+      try {
+        js = nodeModule.stripTypeScriptTypes(code);
+      } catch (e) {
+        if (e.code !== "ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX") throw e;
+        js = nodeModule.stripTypeScriptTypes(code, { mode: "transform" });
+      }
+      value = await runScript(js);
     } else {
       value = await runScript(code);
     }
