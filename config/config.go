@@ -40,6 +40,7 @@ type Config struct {
 	Auth     AuthConfig     `toml:"auth"`
 	Sessions SessionsConfig `toml:"sessions"`
 	Research ResearchConfig `toml:"research"`
+	Tools    ToolsConfig    `toml:"tools"`
 
 	// thirdParty holds the [provider.<name>] tables of plugins this package
 	// does not know, as JSON, passed to them unvalidated.
@@ -65,7 +66,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools}
 }
 
 // Load reads and validates the config file at path; an empty path means
