@@ -107,18 +107,8 @@ func (s *Store) PutDocChunks(ctx context.Context, chunks []DocChunk) error {
 	return nil
 }
 
-// DeleteDocChunks deletes chunks of a package by key; nil keys deletes the
-// whole package.
+// DeleteDocChunks deletes chunks of a package by key.
 func (s *Store) DeleteDocChunks(ctx context.Context, pkg string, keys []string) error {
-	if keys == nil {
-		items, err := s.queryDocs(ctx, docPrefix+pkg)
-		if err != nil {
-			return fmt.Errorf("delete docs of %s: %w", pkg, err)
-		}
-		for _, it := range items {
-			keys = append(keys, getS(it, "sk"))
-		}
-	}
 	reqs := make([]types.WriteRequest, 0, len(keys))
 	for _, k := range keys {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: docKey(pkg, k)}})
@@ -127,6 +117,19 @@ func (s *Store) DeleteDocChunks(ctx context.Context, pkg string, keys []string) 
 		return fmt.Errorf("delete doc chunks of %s: %w", pkg, err)
 	}
 	return nil
+}
+
+// DeleteDocPackage deletes every chunk of a package.
+func (s *Store) DeleteDocPackage(ctx context.Context, pkg string) error {
+	items, err := s.queryDocs(ctx, docPrefix+pkg)
+	if err != nil {
+		return fmt.Errorf("delete docs of %s: %w", pkg, err)
+	}
+	keys := make([]string, 0, len(items))
+	for _, it := range items {
+		keys = append(keys, getS(it, "sk"))
+	}
+	return s.DeleteDocChunks(ctx, pkg, keys)
 }
 
 // DocsMeta says which generation of the docs index is current and when it
@@ -282,18 +285,9 @@ func (s *Store) CodeModules(ctx context.Context, session string) ([]CodeModule, 
 	return out, nil
 }
 
-// DeleteCodeModules deletes a session's modules by path; nil paths deletes
-// them all. Deleting what is not there is not an error.
+// DeleteCodeModules deletes a session's modules by path; deleting what is
+// not there is not an error.
 func (s *Store) DeleteCodeModules(ctx context.Context, session string, paths []string) error {
-	if paths == nil {
-		items, err := s.queryDocs(ctx, modPrefix+session)
-		if err != nil {
-			return fmt.Errorf("delete code modules of %s: %w", session, err)
-		}
-		for _, it := range items {
-			paths = append(paths, getS(it, "sk"))
-		}
-	}
 	reqs := make([]types.WriteRequest, 0, len(paths))
 	for _, p := range paths {
 		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: modKey(session, p)}})
@@ -302,6 +296,20 @@ func (s *Store) DeleteCodeModules(ctx context.Context, session string, paths []s
 		return fmt.Errorf("delete code modules of %s: %w", session, err)
 	}
 	return nil
+}
+
+// DeleteSessionModules deletes every module entry of a session: its
+// volume is gone.
+func (s *Store) DeleteSessionModules(ctx context.Context, session string) error {
+	items, err := s.queryDocs(ctx, modPrefix+session)
+	if err != nil {
+		return fmt.Errorf("delete code modules of %s: %w", session, err)
+	}
+	paths := make([]string, 0, len(items))
+	for _, it := range items {
+		paths = append(paths, getS(it, "sk"))
+	}
+	return s.DeleteCodeModules(ctx, session, paths)
 }
 
 // queryDocs returns every item of a docs table partition (strongly

@@ -35,7 +35,7 @@ func TestDocChunksRoundTrip(t *testing.T) {
 	if got, _ := st.DocChunks(ctx, "@linear/sdk"); len(got) != 1 || got[0].Hash != "h2" {
 		t.Fatalf("after delete: %+v", got)
 	}
-	if err := st.DeleteDocChunks(ctx, "zod", nil); err != nil {
+	if err := st.DeleteDocPackage(ctx, "zod"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.DocChunks(ctx, "zod"); len(got) != 0 {
@@ -97,7 +97,7 @@ func TestCodeModulesRoundTrip(t *testing.T) {
 	if got, _ := st.CodeModules(ctx, "dev/s2"); len(got) != 0 {
 		t.Fatalf("another session's modules: %+v", got)
 	}
-	if err := st.DeleteCodeModules(ctx, "dev/s1", nil); err != nil {
+	if err := st.DeleteSessionModules(ctx, "dev/s1"); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := st.CodeModules(ctx, "dev/s1"); len(got) != 0 {
