@@ -17,12 +17,12 @@ import (
 // Embedder turns texts into vectors through an OpenAI-compatible
 // POST <base>/embeddings.
 type Embedder struct {
-	base      string
-	key       string
-	model     string
-	batch     int
-	timeout   time.Duration
-	client    *http.Client
+	base    string
+	key     string
+	model   string
+	batch   int
+	timeout time.Duration
+	client  *http.Client
 }
 
 // NewEmbedder returns the embedder of [tools.embeddings], or nil when no

@@ -234,4 +234,3 @@ func embedText(title, text string) string {
 	}
 	return title + "\n\n" + text
 }
-

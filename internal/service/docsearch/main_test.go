@@ -88,21 +88,21 @@ var concepts = map[string]string{}
 
 func init() {
 	for concept, words := range map[string]string{
-		"auth":      "auth authenticate authentication login credential credentials key apikey token accesstoken oauth sign",
-		"page":      "page pagination paginate next cursor cursors more fetchnext",
-		"limit":     "limit limits rate ratelimited throttle throttling quota exceeded many",
-		"validate":  "validate validation check verify parse safeparse rule",
-		"time":      "timeout timeouts forever hang hangs wait slow deadline",
-		"retry":     "retry retries backoff again failed",
-		"create":    "create creating creation new make",
-		"issue":     "issue issues ticket tickets bug",
-		"hook":      "webhook webhooks signature hmac signed",
-		"session":   "session sessions cookie cookies reuse connection",
-		"type":      "type types infer inference static typescript",
-		"error":     "error errors exception throw throws raise problems",
-		"optional":  "optional nullable missing undefined null default",
-		"user":      "user viewer me current whoami",
-		"json":      "json decode body",
+		"auth":     "auth authenticate authentication login credential credentials key apikey token accesstoken oauth sign",
+		"page":     "page pagination paginate next cursor cursors more fetchnext",
+		"limit":    "limit limits rate ratelimited throttle throttling quota exceeded many",
+		"validate": "validate validation check verify parse safeparse rule",
+		"time":     "timeout timeouts forever hang hangs wait slow deadline",
+		"retry":    "retry retries backoff again failed",
+		"create":   "create creating creation new make",
+		"issue":    "issue issues ticket tickets bug",
+		"hook":     "webhook webhooks signature hmac signed",
+		"session":  "session sessions cookie cookies reuse connection",
+		"type":     "type types infer inference static typescript",
+		"error":    "error errors exception throw throws raise problems",
+		"optional": "optional nullable missing undefined null default",
+		"user":     "user viewer me current whoami",
+		"json":     "json decode body",
 	} {
 		for _, w := range strings.Fields(words) {
 			concepts[w] = concept
