@@ -11,9 +11,11 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/service/tools"
 )
 
 func main() {
@@ -33,6 +35,14 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
+	// The docs index is read here and cached across warm invocations; the
+	// ReaperFunction's schedule builds it.
+	emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
+	if err != nil {
+		slog.Error("init", "err", err)
+		os.Exit(1)
+	}
+	docs := docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	h := api.New(api.Options{
 		Store: a.Store,
 		Executor: &engine.StepFunctions{
@@ -41,6 +51,8 @@ func main() {
 		},
 		Provider: prov,
 		Sessions: svc,
+		Docs:     docs,
+		Tools:    tools.SettingsFrom(a.Config),
 		Auth:     auth,
 		Logger:   a.Logger,
 		// The body limits of [server] hold behind API Gateway too.

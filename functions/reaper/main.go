@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sfn"
 
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
@@ -43,6 +44,16 @@ func main() {
 			StateMachineARN: os.Getenv(app.EnvStateMachineARN),
 		}},
 		Logger: a.Logger,
+	}
+	if a.Config.Sessions.Enabled {
+		// The docs of the LLM tools are indexed from this schedule every
+		// [tools] reindex_interval.
+		emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
+		if err != nil {
+			slog.Error("init", "err", err)
+			os.Exit(1)
+		}
+		r.Docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
 	// The scheduled event carries nothing the pass needs.
 	lambda.Start(func(ctx context.Context) (reaper.Counts, error) { return r.Pass(ctx) })

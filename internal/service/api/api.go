@@ -19,9 +19,11 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/tools"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -54,6 +56,10 @@ type Options struct {
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
+	// Docs runs search_docs and keeps code modules (the LLM tools, on
+	// with Sessions); Tools describes them (tools.SettingsFrom).
+	Docs  *docsearch.Service
+	Tools tools.Settings
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -129,6 +135,7 @@ func New(opts Options) http.Handler {
 		{segments: []string{"v1", "providers"}, methods: map[string]handlerFunc{http.MethodGet: s.providers}},
 	}
 	s.routes = append(s.routes, s.sessionRoutes()...)
+	s.routes = append(s.routes, s.toolRoutes()...)
 	for i := range s.routes {
 		if rt := &s.routes[i]; rt.bodyKey == "" {
 			rt.maxBody, rt.bodyKey = int64(opts.Server.MaxBodyBytes), "max_body_bytes"

@@ -65,7 +65,7 @@ func TestSectionHashStable(t *testing.T) {
 func TestPackageName(t *testing.T) {
 	for spec, want := range map[string]string{
 		"lodash@4.17.21": "lodash", "npm:zod": "zod", "@linear/sdk": "@linear/sdk", "@linear/sdk@1.2.0": "@linear/sdk",
-		"pip:requests==2.32.3": "requests", "pip:httpx[http2]>=0.27": "httpx",
+		"pip:requests==2.32.3": "requests", "pip:httpx[http2]>=0.27": "httpx", "file:/var/tmp/x/sandstep-fixture-a-1.0.0.tgz": "sandstep-fixture-a",
 	} {
 		if got := PackageName(spec); got != want {
 			t.Errorf("PackageName(%q) = %q, want %q", spec, got, want)

@@ -18,6 +18,7 @@ package docsearch
 import (
 	"log/slog"
 	"net/http"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -116,6 +117,15 @@ func PackageName(spec string) string {
 			rest = rest[:i]
 		}
 		return rest
+	}
+	if rest, ok := strings.CutPrefix(spec, "file:"); ok {
+		// A local tarball, "file:/path/name-1.0.0.tgz": its file name
+		// without the version.
+		base := path.Base(strings.TrimSuffix(strings.TrimSuffix(rest, ".tgz"), ".tar.gz"))
+		if i := strings.LastIndex(base, "-"); i > 0 && i+1 < len(base) && base[i+1] >= '0' && base[i+1] <= '9' {
+			base = base[:i]
+		}
+		return base
 	}
 	spec = strings.TrimPrefix(spec, "npm:")
 	if i := strings.LastIndex(spec, "@"); i > 0 {
