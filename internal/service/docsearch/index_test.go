@@ -86,7 +86,7 @@ func TestIndexIfDue(t *testing.T) {
 		t.Fatalf("second IndexIfDue: %+v, %v (%d fetches)", rep, err, s.docs.hits.Load()-hits)
 	}
 	// Six hours later it is due, and nothing changed: nothing written.
-	later := docsearch.New(docsearch.Options{Config: s.cfg, Store: s.st, Now: func() time.Time { return time.Now().Add(6*time.Hour + time.Minute) }})
+	later := docsearch.New(docsearch.Options{Config: s.cfg, Store: s.st, Logger: quiet, Now: func() time.Time { return time.Now().Add(6*time.Hour + time.Minute) }})
 	rep, err = later.IndexIfDue(ctx)
 	if err != nil || rep.Skipped != "" || rep.Written != 0 || rep.Unchanged != 23 {
 		t.Fatalf("IndexIfDue after the interval: %+v, %v", rep, err)
@@ -108,7 +108,7 @@ func TestIndexDropsRemovedPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.cfg.Sessions.Dependencies = s.cfg.Sessions.Dependencies[1:] // @linear/sdk removed
-	fewer := docsearch.New(docsearch.Options{Config: s.cfg, Store: s.st})
+	fewer := docsearch.New(docsearch.Options{Config: s.cfg, Store: s.st, Logger: quiet})
 	rep, err := fewer.IndexIfDue(ctx) // due: the configured docs changed
 	if err != nil || rep.Skipped != "" {
 		t.Fatalf("IndexIfDue after a config change: %+v, %v", rep, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,9 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }
+
+// quiet drops the indexer's log lines; the tests read its reports.
+var quiet = slog.New(slog.DiscardHandler)
 
 func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -204,11 +208,19 @@ docs = ["%[1]s/zod.md"]
 package = "pip:requests==2.32.3"
 docs = ["%[1]s/requests.md", "%[1]s/missing.md"]
 `, s.docs.URL)
-	if withEmb {
+	toml += extraTOML
+	return finishSetup(t, s, toml, withEmb)
+}
+
+// finishSetup parses the config, adds the fake embedding server's table
+// when withEmb and s has none yet, and builds the service on its own
+// tables.
+func finishSetup(t testing.TB, s *setup, toml string, withEmb bool) *setup {
+	t.Helper()
+	if withEmb && s.emb == nil {
 		s.emb = newFakeEmbeddings(t, "emb-secret-123")
 		toml += fmt.Sprintf("\n[tools.embeddings]\nbase_url = %q\nmodel = \"fake-concepts\"\napi_key_env = \"TEST_EMB_KEY\"\nbatch_size = 7\n", s.emb.URL+"/v1")
 	}
-	toml += extraTOML
 	cfg, err := config.Parse([]byte(toml), "config.toml", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +235,6 @@ docs = ["%[1]s/requests.md", "%[1]s/missing.md"]
 			t.Fatal(err)
 		}
 	}
-	s.svc = docsearch.New(docsearch.Options{Config: cfg, Store: s.st, Embedder: emb})
+	s.svc = docsearch.New(docsearch.Options{Config: cfg, Store: s.st, Embedder: emb, Logger: quiet})
 	return s
 }
