@@ -71,6 +71,27 @@ func (s *Service) Index(ctx context.Context) (Report, error) {
 	} else if err != nil {
 		return Report{}, err
 	}
+	rep, err := s.indexLeased(ctx, owner)
+	if err != nil {
+		// Stopped or failed: the next scheduler may start at once.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := s.st.ReleaseDocsIndex(rctx, owner); rerr != nil {
+			s.log.Warn("releasing the docs index lease", "err", rerr)
+		}
+		return rep, err
+	}
+	s.invalidate()
+	s.log.Info("docs indexed", "packages", rep.Packages, "pages", rep.Pages, "chunks", rep.Chunks, "written", rep.Written,
+		"unchanged", rep.Unchanged, "deleted", rep.Deleted, "embedded", rep.Embedded, "failures", len(rep.Failures))
+	for _, f := range rep.Failures {
+		s.log.Warn("docs indexing failure", "package", f.Package, "url", f.URL, "err", f.Error)
+	}
+	return rep, nil
+}
+
+// indexLeased is Index while owner holds the lease.
+func (s *Service) indexLeased(ctx context.Context, owner string) (Report, error) {
 	meta, err := s.st.GetDocsMeta(ctx)
 	if err != nil {
 		return Report{}, err
@@ -92,12 +113,6 @@ func (s *Service) Index(ctx context.Context) (Report, error) {
 	}
 	if _, err := s.st.FinishDocsIndex(ctx, owner, s.now(), s.fingerpr, pkgs, rep.Written+rep.Deleted > 0); err != nil {
 		return rep, err
-	}
-	s.invalidate()
-	s.log.Info("docs indexed", "packages", rep.Packages, "pages", rep.Pages, "chunks", rep.Chunks, "written", rep.Written,
-		"unchanged", rep.Unchanged, "deleted", rep.Deleted, "embedded", rep.Embedded, "failures", len(rep.Failures))
-	for _, f := range rep.Failures {
-		s.log.Warn("docs indexing failure", "package", f.Package, "url", f.URL, "err", f.Error)
 	}
 	return rep, nil
 }
@@ -127,6 +142,9 @@ func (s *Service) indexPackage(ctx context.Context, name string, rep *Report) er
 			continue
 		}
 		page, err := s.fetch(ctx, u)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err != nil {
 			rep.Failures = append(rep.Failures, Failure{Package: name, URL: u, Error: err.Error()})
 			for k, c := range have {

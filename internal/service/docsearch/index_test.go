@@ -2,6 +2,8 @@ package docsearch_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +147,33 @@ func TestEmbeddingFailureIsReportedAndRetried(t *testing.T) {
 	if rep.Written != 0 || rep.Embedded != 0 {
 		t.Fatalf("and then nothing: %+v", rep)
 	}
+}
+
+// An indexing stopped half way lets go of its lease: the next one need not
+// wait for it to expire.
+func TestStoppedIndexingReleasesTheLease(t *testing.T) {
+	s := newSetup(t, false, "")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	s.docs.Config.Handler = cancelling{cancel: cancel, next: s.docs.Config.Handler}
+	if _, err := s.svc.Index(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped indexing: %v", err)
+	}
+	m, err := s.st.GetDocsMeta(testCtx(t))
+	if err != nil || m.LeaseOwner != "" || !m.IndexedAt.IsZero() {
+		t.Fatalf("meta after a stopped indexing: %+v, %v", m, err)
+	}
+	if _, err := s.st.ClaimDocsIndex(testCtx(t), "next", time.Now(), time.Minute); err != nil {
+		t.Fatalf("the lease is still held: %v", err)
+	}
+}
+
+// cancelling stops the indexing's context as the first page is asked for.
+type cancelling struct {
+	cancel context.CancelFunc
+	next   http.Handler
+}
+
+func (c cancelling) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.cancel()
+	c.next.ServeHTTP(w, r)
 }

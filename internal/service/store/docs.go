@@ -207,6 +207,21 @@ func (s *Store) FinishDocsIndex(ctx context.Context, owner string, now time.Time
 	return metaFromItem(out.Attributes), nil
 }
 
+// ReleaseDocsIndex lets go of owner's lease without recording an
+// indexing (it failed or was stopped), so the next scheduler need not wait
+// for the lease to expire. A lease owner no longer holds is left alone.
+func (s *Store) ReleaseDocsIndex(ctx context.Context, owner string) error {
+	e := newExpr()
+	e.remove("lease_owner")
+	e.remove("lease_until")
+	e.cond(e.name("lease_owner") + " = " + e.value(avS(owner)))
+	_, err := s.db.UpdateItem(ctx, e.update(*s.docsTable(), metaKey()))
+	if _, lost := isConditionFailed(err); err != nil && !lost {
+		return fmt.Errorf("release docs index: %w", err)
+	}
+	return nil
+}
+
 func metaFromItem(it map[string]types.AttributeValue) DocsMeta {
 	return DocsMeta{
 		Generation: getN(it, "generation"), IndexedAt: getTime(it, "indexed_at"), Fingerprint: getS(it, "fingerprint"),
