@@ -160,7 +160,7 @@ func TestRepoTemplateShape(t *testing.T) {
 		t.Errorf("state machine Type = %v, want STANDARD", typ)
 	}
 	outputs := mapAt(t, tpl.Doc, "Outputs")
-	for _, k := range []string{"ApiUrl", "StateMachineArn", "JobsTableName", "SessionsTableName", "SandboxesTableName"} {
+	for _, k := range []string{"ApiUrl", "StateMachineArn", "JobsTableName", "SessionsTableName", "SandboxesTableName", "DocsTableName"} {
 		if _, ok := outputs[k]; !ok {
 			t.Errorf("output %s is missing", k)
 		}
