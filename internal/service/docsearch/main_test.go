@@ -186,6 +186,7 @@ type setup struct {
 	st   *store.Store
 	cfg  *config.Config
 	svc  *docsearch.Service
+	db   *testddb.TestEnv
 }
 
 // newSetup indexes testdata's pages as three dependencies; withEmb adds
@@ -226,8 +227,8 @@ func finishSetup(t testing.TB, s *setup, toml string, withEmb bool) *setup {
 		t.Fatal(err)
 	}
 	s.cfg = cfg
-	env := testddb.ForTests(t)
-	s.st = store.NewLocal(env.Endpoint, env.Prefix)
+	s.db = testddb.ForTests(t)
+	s.st = store.NewLocal(s.db.Endpoint, s.db.Prefix)
 	var emb *docsearch.Embedder
 	if withEmb {
 		emb, err = docsearch.NewEmbedder(cfg.Tools.Embeddings, func(string) string { return "emb-secret-123" }, nil)
