@@ -37,12 +37,15 @@ func main() {
 	}
 	// The docs index is read here and cached across warm invocations; the
 	// ReaperFunction's schedule builds it.
-	emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
-	if err != nil {
-		slog.Error("init", "err", err)
-		os.Exit(1)
+	var docs *docsearch.Service
+	if a.Config.Sessions.Enabled {
+		emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
+		if err != nil {
+			slog.Error("init", "err", err)
+			os.Exit(1)
+		}
+		docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
-	docs := docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	h := api.New(api.Options{
 		Store: a.Store,
 		Executor: &engine.StepFunctions{
