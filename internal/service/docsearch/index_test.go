@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,6 +56,21 @@ func TestIndexAndReindexOneChangedSection(t *testing.T) {
 	}
 	if got := s.emb.texts.Load(); got != 24 {
 		t.Fatalf("embedded %d texts in all, want 23+1", got)
+	}
+	// The one embedded again is the changed section; no text was
+	// embedded twice.
+	changedEmbedded := 0
+	s.emb.inputs.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n != 1 {
+			t.Errorf("embedded %d times: %q", n, k)
+		}
+		if strings.Contains(k.(string), "to another type") {
+			changedEmbedded++
+		}
+		return true
+	})
+	if changedEmbedded != 1 {
+		t.Fatalf("the changed section was embedded %d times", changedEmbedded)
 	}
 	ans, err := s.svc.Search(ctx, docsearch.Query{Text: "transform refine", Package: "zod", K: 1})
 	if err != nil || len(ans.Results) != 1 || !strings.Contains(ans.Results[0].Text, "another type") {
