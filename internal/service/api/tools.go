@@ -48,8 +48,9 @@ type toolsView struct {
 	SystemPrompt string     `json:"system_prompt"`
 	Packages     []string   `json:"packages"`
 	// SearchMode is "bm25" or "hybrid" (embeddings configured).
-	SearchMode string        `json:"search_mode"`
-	Endpoints  toolEndpoints `json:"endpoints"`
+	SearchMode string           `json:"search_mode"`
+	DocsIndex  docsearch.Status `json:"docs_index"`
+	Endpoints  toolEndpoints    `json:"endpoints"`
 }
 
 type toolShapes struct {
@@ -70,9 +71,15 @@ func (s *server) listTools(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := s.toolsOn(); err != nil {
 		return err
 	}
+	status, err := s.opts.Docs.Status(r.Context())
+	if err != nil {
+		c.cause = err
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the docs index does not answer", RetryAfter: 5}
+	}
 	set := s.opts.Tools
 	defs := tools.Definitions(set)
 	return writeJSON(w, http.StatusOK, toolsView{
+		DocsIndex:    status,
 		Tools:        toolShapes{OpenAI: tools.OpenAI(defs), Anthropic: tools.Anthropic(defs)},
 		SystemPrompt: tools.SystemPrompt(set.Packages),
 		Packages:     nonNil(set.Packages),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -57,12 +58,12 @@ enabled = true
 max_timeout_seconds = 120
 [[sessions.dependencies]]
 package = "widget-sdk@2.1.0"
-docs = [%q]
+docs = [%q, %q]
 [[sessions.dependencies]]
 package = "pip:requests==2.32.3"
 [tools]
 max_k = 10
-`, site.URL+"/widget.md")), "config.toml", t.TempDir())
+`, site.URL+"/widget.md", site.URL+"/missing.md")), "config.toml", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ max_k = 10
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := docsearch.New(docsearch.Options{Config: cfg, Store: st})
+	docs := docsearch.New(docsearch.Options{Config: cfg, Store: st, Logger: slog.New(slog.DiscardHandler)})
 	if rep, err := docs.Index(ctxFor(t)); err != nil || rep.Written != 2 {
 		t.Fatalf("index: %+v, %v", rep, err)
 	}
@@ -131,10 +132,14 @@ func TestToolDefinitionsAreJSONSchema(t *testing.T) {
 				InputSchema map[string]any `json:"input_schema"`
 			} `json:"anthropic"`
 		} `json:"tools"`
-		SystemPrompt string            `json:"system_prompt"`
-		Packages     []string          `json:"packages"`
-		SearchMode   string            `json:"search_mode"`
-		Endpoints    map[string]string `json:"endpoints"`
+		SystemPrompt string   `json:"system_prompt"`
+		Packages     []string `json:"packages"`
+		SearchMode   string   `json:"search_mode"`
+		DocsIndex    struct {
+			IndexedAt *time.Time          `json:"indexed_at"`
+			Failures  []docsearch.Failure `json:"failures"`
+		} `json:"docs_index"`
+		Endpoints map[string]string `json:"endpoints"`
 	}
 	if err := json.Unmarshal(res.body, &v); err != nil {
 		t.Fatal(err)
@@ -192,6 +197,11 @@ func TestToolDefinitionsAreJSONSchema(t *testing.T) {
 	if !slices.Equal(v.Packages, []string{"widget-sdk", "requests"}) || v.SearchMode != "bm25" ||
 		v.Endpoints["mcp"] != "/mcp?session_id={session_id}" || v.Endpoints["search_docs"] != "/v1/sessions/{session_id}/search_docs" {
 		t.Fatalf("packages %v, mode %q, endpoints %v", v.Packages, v.SearchMode, v.Endpoints)
+	}
+	// The last indexing says what it could not fetch.
+	if d := v.DocsIndex; d.IndexedAt == nil || time.Since(*d.IndexedAt) > time.Minute || len(d.Failures) != 1 ||
+		d.Failures[0].Package != "widget-sdk" || !strings.HasSuffix(d.Failures[0].URL, "/missing.md") || d.Failures[0].Error != "HTTP 404" {
+		t.Fatalf("docs_index %+v", d)
 	}
 	wantError(t, e.get("/v1/tools", ""), http.StatusUnauthorized, "unauthenticated", "")
 }

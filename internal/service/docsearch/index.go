@@ -37,11 +37,34 @@ type Report struct {
 	Failures []Failure `json:"failures,omitempty"`
 }
 
-// Failure is one page or step that failed.
-type Failure struct {
-	Package string `json:"package"`
-	URL     string `json:"url,omitempty"`
-	Error   string `json:"error"`
+// Failure is one page or step that failed; the last indexing's are kept
+// in the store (see Status).
+type Failure = store.DocsFailure
+
+// Status is what GET /v1/tools says of the docs index.
+type Status struct {
+	// IndexedAt is when the docs were last indexed; nil before the first
+	// indexing ended.
+	IndexedAt *time.Time `json:"indexed_at"`
+	// Failures are the pages the last indexing could not fetch (they
+	// keep their previous chunks) and embeddings it could not make.
+	Failures []Failure `json:"failures"`
+}
+
+// Status reads the state of the docs index from the store.
+func (s *Service) Status(ctx context.Context) (Status, error) {
+	m, err := s.st.GetDocsMeta(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Failures: m.Failures}
+	if st.Failures == nil {
+		st.Failures = []Failure{}
+	}
+	if !m.IndexedAt.IsZero() {
+		st.IndexedAt = &m.IndexedAt
+	}
+	return st, nil
 }
 
 // IndexIfDue indexes when the docs were never indexed, reindex_interval
@@ -111,7 +134,7 @@ func (s *Service) indexLeased(ctx context.Context, owner string) (Report, error)
 			rep.Deleted++
 		}
 	}
-	if _, err := s.st.FinishDocsIndex(ctx, owner, s.now(), s.fingerpr, pkgs, rep.Written+rep.Deleted > 0); err != nil {
+	if _, err := s.st.FinishDocsIndex(ctx, owner, s.now(), s.fingerpr, pkgs, rep.Failures, rep.Written+rep.Deleted > 0); err != nil {
 		return rep, err
 	}
 	return rep, nil

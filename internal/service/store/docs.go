@@ -144,7 +144,10 @@ type DocsMeta struct {
 	// next indexing due at once.
 	Fingerprint string
 	// Packages were indexed; a package no longer configured is deleted.
-	Packages   []string
+	Packages []string
+	// Failures are what the last indexing could not do (a page not
+	// fetched, embeddings not made), for operators to see.
+	Failures   []DocsFailure
 	LeaseOwner string
 	LeaseUntil time.Time
 }
@@ -182,13 +185,30 @@ func (s *Store) ClaimDocsIndex(ctx context.Context, owner string, now time.Time,
 	return metaFromItem(out.Attributes), nil
 }
 
+// DocsFailure is one thing an indexing could not do.
+type DocsFailure struct {
+	Package string `json:"package"`
+	URL     string `json:"url,omitempty"`
+	Error   string `json:"error"`
+}
+
+// maxDocsFailures bounds the failures kept in the META item.
+const maxDocsFailures = 100
+
 // FinishDocsIndex records an indexing by owner and lets the lease go; a
 // changed index moves to the next generation.
-func (s *Store) FinishDocsIndex(ctx context.Context, owner string, now time.Time, fingerprint string, packages []string, changed bool) (DocsMeta, error) {
+func (s *Store) FinishDocsIndex(ctx context.Context, owner string, now time.Time, fingerprint string, packages []string, failures []DocsFailure, changed bool) (DocsMeta, error) {
 	e := newExpr()
 	e.set("indexed_at", avTime(now))
 	e.set("fingerprint", avS(fingerprint))
 	e.set("packages", avStrList(packages))
+	fl := make([]types.AttributeValue, 0, min(len(failures), maxDocsFailures))
+	for _, f := range failures[:min(len(failures), maxDocsFailures)] {
+		fl = append(fl, &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			"package": avS(f.Package), "url": avS(f.URL), "error": avS(truncate(f.Error, 1000)),
+		}})
+	}
+	e.set("failures", &types.AttributeValueMemberL{Value: fl})
 	e.remove("lease_owner")
 	e.remove("lease_until")
 	var inc int64
@@ -225,8 +245,22 @@ func (s *Store) ReleaseDocsIndex(ctx context.Context, owner string) error {
 func metaFromItem(it map[string]types.AttributeValue) DocsMeta {
 	return DocsMeta{
 		Generation: getN(it, "generation"), IndexedAt: getTime(it, "indexed_at"), Fingerprint: getS(it, "fingerprint"),
-		Packages: getStrList(it, "packages"), LeaseOwner: getS(it, "lease_owner"), LeaseUntil: getTime(it, "lease_until"),
+		Packages: getStrList(it, "packages"), Failures: getFailures(it), LeaseOwner: getS(it, "lease_owner"), LeaseUntil: getTime(it, "lease_until"),
 	}
+}
+
+func getFailures(it map[string]types.AttributeValue) []DocsFailure {
+	l, ok := it["failures"].(*types.AttributeValueMemberL)
+	if !ok {
+		return nil
+	}
+	out := make([]DocsFailure, 0, len(l.Value))
+	for _, v := range l.Value {
+		if m, ok := v.(*types.AttributeValueMemberM); ok {
+			out = append(out, DocsFailure{Package: getS(m.Value, "package"), URL: getS(m.Value, "url"), Error: getS(m.Value, "error")})
+		}
+	}
+	return out
 }
 
 // CodeModule is the index entry of a module a session saved in its volume:

@@ -60,11 +60,13 @@ func TestDocsMetaLease(t *testing.T) {
 	if _, err := st.ClaimDocsIndex(ctx, "b", now.Add(time.Second), time.Minute); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("second owner while leased: %v", err)
 	}
-	if _, err := st.FinishDocsIndex(ctx, "b", now, "fp", nil, true); !errors.Is(err, store.ErrConflict) {
+	if _, err := st.FinishDocsIndex(ctx, "b", now, "fp", nil, nil, true); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("finish without the lease: %v", err)
 	}
-	m, err := st.FinishDocsIndex(ctx, "a", now, "fp", []string{"zod"}, true)
-	if err != nil || m.Generation != 1 || m.Fingerprint != "fp" || !reflect.DeepEqual(m.Packages, []string{"zod"}) || m.LeaseOwner != "" {
+	fails := []store.DocsFailure{{Package: "zod", URL: "http://docs/z.md", Error: "HTTP 404"}, {Package: "zod", Error: "embeddings: HTTP 503"}}
+	m, err := st.FinishDocsIndex(ctx, "a", now, "fp", []string{"zod"}, fails, true)
+	if err != nil || m.Generation != 1 || m.Fingerprint != "fp" || !reflect.DeepEqual(m.Packages, []string{"zod"}) || m.LeaseOwner != "" ||
+		!reflect.DeepEqual(m.Failures, fails) {
 		t.Fatalf("finish = %+v, %v", m, err)
 	}
 	if _, err := st.ClaimDocsIndex(ctx, "b", now, time.Minute); err != nil {
@@ -74,7 +76,7 @@ func TestDocsMetaLease(t *testing.T) {
 	if _, err := st.ClaimDocsIndex(ctx, "c", now.Add(2*time.Minute), time.Minute); err != nil {
 		t.Fatalf("claim after the lease expired: %v", err)
 	}
-	if m, err := st.FinishDocsIndex(ctx, "c", now, "fp", []string{"zod"}, false); err != nil || m.Generation != 1 {
+	if m, err := st.FinishDocsIndex(ctx, "c", now, "fp", []string{"zod"}, nil, false); err != nil || m.Generation != 1 || len(m.Failures) != 0 {
 		t.Fatalf("an unchanged indexing keeps the generation: %+v, %v", m, err)
 	}
 }
