@@ -41,6 +41,7 @@ type Config struct {
 	Auth     AuthConfig     `toml:"auth"`
 	Sessions SessionsConfig `toml:"sessions"`
 	Research ResearchConfig `toml:"research"`
+	Tools    ToolsConfig    `toml:"tools"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -66,7 +67,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools}
 }
 
 // Load reads and validates the config file at path; an empty path means

@@ -49,8 +49,8 @@ type SessionDependency struct {
 	// Package is an npm package spec ("lodash@4.17.21", also "npm:...")
 	// or a pip requirement ("pip:requests==2.32.3").
 	Package string `toml:"package"`
-	// Docs are documentation URLs for the package (for tool layers that
-	// index them); sandstep does not fetch them.
+	// Docs are markdown documentation URLs of the package, indexed for
+	// the search_docs tool (see [tools]).
 	Docs []string `toml:"docs"`
 	// SecretEnv names the environment variable whose value every session
 	// sandbox gets as a secret of the same name.

@@ -12,10 +12,12 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/providers/plugin"
+	"github.com/sandstep/sandstep/internal/service/tools"
 )
 
 func main() {
@@ -54,11 +56,24 @@ func newFunction(ctx context.Context) (*function, error) {
 		prov.Close()
 		return nil, err
 	}
+	// The docs index is read here and cached across warm invocations; the
+	// ReaperFunction's schedule builds it.
+	var docs *docsearch.Service
+	if a.Config.Sessions.Enabled {
+		emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
+		if err != nil {
+			slog.Error("init", "err", err)
+			os.Exit(1)
+		}
+		docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
+	}
 	h := api.New(api.Options{
 		Store:    a.Store,
 		Executor: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
 		Provider: prov,
 		Sessions: svc,
+		Docs:     docs,
+		Tools:    tools.SettingsFrom(a.Config),
 		Auth:     auth,
 		Logger:   a.Logger,
 		// The body limits of [server] hold behind API Gateway too.

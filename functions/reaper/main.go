@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
@@ -37,6 +38,16 @@ func main() {
 		Sessions:   svc,
 		Executions: reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN))},
 		Logger:     a.Logger,
+	}
+	if a.Config.Sessions.Enabled {
+		// The docs of the LLM tools are indexed from this schedule every
+		// [tools] reindex_interval.
+		emb, err := docsearch.NewEmbedder(a.Config.Tools.Embeddings, os.Getenv, nil)
+		if err != nil {
+			slog.Error("init", "err", err)
+			os.Exit(1)
+		}
+		r.Docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
 	// The scheduled event carries nothing the pass needs; an operator
 	// invoking it with {"migrate_ledger_index": true} after upgrading past

@@ -39,10 +39,10 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 	for _, s := range specs {
 		byName[aws.ToString(s.Input.TableName)] = s
 	}
-	if len(byName) != 3 {
+	if len(byName) != 4 {
 		t.Fatalf("tables = %v", byName)
 	}
-	for _, suffix := range []string{store.JobsTableSuffix, store.SessionsTableSuffix, store.SandboxesTableSuffix} {
+	for _, suffix := range []string{store.JobsTableSuffix, store.SessionsTableSuffix, store.SandboxesTableSuffix, store.DocsTableSuffix} {
 		s, ok := byName["pre-"+suffix]
 		if !ok {
 			t.Fatalf("no table pre-%s", suffix)
@@ -53,6 +53,9 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 	}
 	if k := keyOf(byName["pre-jobs"].Input.KeySchema); k != "pk:HASH,sk:RANGE" {
 		t.Fatalf("jobs key = %s", k)
+	}
+	if k := keyOf(byName["pre-docs"].Input.KeySchema); k != "pk:HASH,sk:RANGE" {
+		t.Fatalf("docs key = %s", k)
 	}
 	gsis := byName["pre-sandboxes"].Input.GlobalSecondaryIndexes
 	if len(gsis) != 2 || aws.ToString(gsis[0].IndexName) != "by-live-deadline" || keyOf(gsis[0].KeySchema) != "live_shard:HASH,deadline:RANGE" ||
@@ -92,7 +95,7 @@ func TestCreateTablesIdempotent(t *testing.T) {
 	if got := strings.Join(idx, " "); !strings.Contains(got, "by-live-deadline=live_shard:HASH,deadline:RANGE") || !strings.Contains(got, "by-owner=owner:HASH,created_at:RANGE") {
 		t.Fatalf("indexes in DynamoDB Local: %s", got)
 	}
-	for _, suffix := range []string{"jobs", "sessions", "sandboxes"} {
+	for _, suffix := range []string{"jobs", "sessions", "sandboxes", "docs"} {
 		ttl, err := env.Client.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(env.Prefix + suffix)})
 		if err != nil {
 			t.Fatal(err)

@@ -23,10 +23,12 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/tools"
 	"github.com/sandstep/sandstep/providers/plugin"
 )
 
@@ -77,11 +79,15 @@ type Stack struct {
 	// still lets the reaper judge sandboxes sessions left.
 	Sessions *sessions.Service
 	Reaper   *reaper.Reaper
-	ddb      *ddblocal.Instance
-	log      *slog.Logger
+	// Docs is the LLM tools' docs index, nil when sessions are off.
+	Docs *docsearch.Service
+	ddb  *ddblocal.Instance
+	log  *slog.Logger
 
 	stopReaper context.CancelFunc
 	reaperDone chan struct{}
+	stopDocs   context.CancelFunc
+	docsDone   chan struct{}
 }
 
 // Start brings the stack up; Shutdown takes it down. Before it returns (and
@@ -191,6 +197,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err := s.startSessions(ctx, opts, st); err != nil {
 		return nil, err
 	}
+	if err := s.startDocs(opts, st); err != nil {
+		return nil, err
+	}
 	s.recover(ctx, started)
 	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
@@ -199,6 +208,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Provider:  s.Provider,
 		Auth:      auth,
 		Sessions:  s.Sessions,
+		Docs:      s.Docs,
+		Tools:     tools.SettingsFrom(cfg),
 		Logger:    log,
 		Streaming: true,
 		Server:    cfg.Server,
@@ -301,6 +312,10 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 	if s.stopReaper != nil {
 		s.stopReaper()
 		<-s.reaperDone
+	}
+	if s.stopDocs != nil {
+		s.stopDocs()
+		<-s.docsDone
 	}
 	if s.Sessions != nil {
 		errs = append(errs, s.Sessions.Shutdown(ctx))

@@ -128,7 +128,9 @@ func TestRepoTemplateShape(t *testing.T) {
 		"DELETE /v1/sessions/{sid}",
 		"GET /healthz", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report",
 		"GET /v1/providers", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events", "GET /v1/sessions/{sid}/runs/{run}",
-		"POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/run",
+		"GET /v1/tools", "POST /mcp",
+		"POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/code_modules",
+		"POST /v1/sessions/{sid}/run", "POST /v1/sessions/{sid}/search_docs",
 	}
 	if !slices.Equal(routes, wantRoutes) {
 		t.Errorf("routes = %v, want %v", routes, wantRoutes)
@@ -158,7 +160,7 @@ func TestRepoTemplateShape(t *testing.T) {
 		t.Errorf("state machine Type = %v, want STANDARD", typ)
 	}
 	outputs := mapAt(t, tpl.Doc, "Outputs")
-	for _, k := range []string{"ApiUrl", "StateMachineArn", "JobsTableName", "SessionsTableName", "SandboxesTableName"} {
+	for _, k := range []string{"ApiUrl", "StateMachineArn", "JobsTableName", "SessionsTableName", "SandboxesTableName", "DocsTableName"} {
 		if _, ok := outputs[k]; !ok {
 			t.Errorf("output %s is missing", k)
 		}

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/tools"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -50,6 +52,10 @@ type Options struct {
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
+	// Docs runs search_docs and keeps code modules (the LLM tools, on
+	// with Sessions); Tools describes them (tools.SettingsFrom).
+	Docs  *docsearch.Service
+	Tools tools.Settings
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -104,6 +110,7 @@ func New(opts Options) http.Handler {
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
 	s.handle(mux, "GET /v1/providers", s.providers)
 	s.sessionRoutes(mux)
+	s.toolRoutes(mux)
 	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))
 }
 

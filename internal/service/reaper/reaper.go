@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
+	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -46,9 +47,17 @@ type Reaper struct {
 	// CreateGrace is how long a ledger entry may stay "creating" before
 	// the create is taken to have died with its caller. Default 10m.
 	CreateGrace time.Duration
+	// Docs, when set, has the LLM tools' documentation indexed when it is
+	// due ([tools] reindex_interval), in passes after startup.
+	Docs DocsIndexer
 	// Now is the pass's clock (default time.Now); tests move it.
 	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+// DocsIndexer indexes the dependencies' docs when due (docsearch.Service).
+type DocsIndexer interface {
+	IndexIfDue(ctx context.Context) (docsearch.Report, error)
 }
 
 // Counts is what one pass did.
@@ -75,13 +84,16 @@ type Counts struct {
 	// the sharded live index (store.MigrateLedgerIndex), by a startup pass
 	// or a migrating one.
 	LedgerMigrated int `json:"ledger_migrated,omitempty"`
-	Errors         int `json:"errors"`
+	// DocChunksWritten: documentation chunks new or changed since the
+	// last indexing (a page that could not be fetched is logged).
+	DocChunksWritten int `json:"doc_chunks_written"`
+	Errors           int `json:"errors"`
 }
 
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten
 }
 
 func (r *Reaper) now() time.Time {
@@ -184,6 +196,12 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	if err := r.sandboxes(ctx, now, running, &c); err != nil {
 		c.Errors++
 		errs = append(errs, err)
+	}
+	if r.Docs != nil && since == nil {
+		step("docs index", &c.DocChunksWritten, func() (int, error) {
+			rep, err := r.Docs.IndexIfDue(ctx)
+			return rep.Written, err
+		})
 	}
 	if r.Executions != nil {
 		step("cancelled executions", &c.ExecutionsStopped, func() (int, error) { return r.stopCancelled(ctx, now) })

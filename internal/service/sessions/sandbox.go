@@ -381,6 +381,12 @@ func (s *Service) finishDelete(ctx context.Context, sess store.Session, typ, rea
 	if err := s.deleteVolume(ctx, sess.VolumeSlug); err != nil {
 		return sess, err
 	}
+	// The code modules' index entries go with the volume that holds them;
+	// until they are gone the session stays deleting, and the next pass
+	// tries again.
+	if err := s.st.DeleteSessionModules(ctx, key); err != nil {
+		return sess, s.unavailable(err)
+	}
 	done, err := s.st.FinishDelete(ctx, key)
 	if err != nil {
 		return sess, s.unavailable(err)
