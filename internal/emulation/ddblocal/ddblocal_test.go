@@ -167,7 +167,7 @@ func TestForTestsIsolatesTables(t *testing.T) {
 					mine = append(mine, strings.TrimPrefix(n, env.Prefix))
 				}
 			}
-			if strings.Join(mine, ",") != "jobs,sandboxes,sessions" {
+			if strings.Join(mine, ",") != "docs,jobs,sandboxes,sessions" {
 				t.Fatalf("tables under %s = %v", env.Prefix, mine)
 			}
 		})
