@@ -180,21 +180,72 @@ func (cg *sandboxCgroup) remove() error {
 	}
 	var errs []error
 	for _, dir := range cg.dirs() {
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			err := unix.Rmdir(dir)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
+		// The agent's exec groups first (see direct.go).
+		if entries, err := os.ReadDir(dir); err == nil {
+			for _, e := range entries {
+				if e.IsDir() {
+					if err := rmdirCgroup(filepath.Join(dir, e.Name())); err != nil {
+						errs = append(errs, err)
+					}
+				}
 			}
-			if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dir, err))
-			break
+		}
+		if err := rmdirCgroup(dir); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rmdirCgroup removes a group, trying a busy one again for a moment.
+func rmdirCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	}
+}
+
+// execDir is the group the agent makes its exec groups in: one hierarchy
+// is enough to tell an exec's processes apart, and pids is the cheapest.
+func (cg *sandboxCgroup) execDir() string {
+	if cg == nil {
+		return ""
+	}
+	for _, d := range []string{cg.Pids, cg.Memory, cg.CPU} {
+		if d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// openExecDir hands the sandbox's uid what the agent needs to make exec
+// groups below dir (the directory, and on v2 the cgroup.procs that moving a
+// process between two of them is checked against) and opens it for the
+// agent. The limits' files stay root's, so the sandbox cannot raise them,
+// nor can it enable controllers for its groups. The sandbox has no cgroup
+// file system of its own; only the agent holds the descriptor.
+func (cg *sandboxCgroup) openExecDir(uid int, chown bool) (*os.File, error) {
+	dir := cg.execDir()
+	if dir == "" {
+		return nil, nil
+	}
+	if chown {
+		for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs")} {
+			if err := os.Chown(p, uid, uid); err != nil {
+				return nil, fmt.Errorf("handing %s to the sandbox: %w", p, err)
+			}
+		}
+	}
+	return os.Open(dir)
 }
 
 // oomKills returns how many processes of the group the OOM killer has
