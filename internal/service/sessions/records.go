@@ -42,11 +42,13 @@ const MaxEvents = 100
 
 // Run is one run of code in a session.
 type Run struct {
-	ID         string
-	Tenant     string
-	SessionID  string
-	Status     RunStatus
-	Language   string
+	ID        string
+	Tenant    string
+	SessionID string
+	Status    RunStatus
+	Language  string
+	// Stateful runs in the session's long-lived interpreter.
+	Stateful   bool
 	Timeout    time.Duration
 	CreatedAt  time.Time
 	FinishedAt time.Time
@@ -74,6 +76,9 @@ type Result struct {
 	StdoutTruncated bool `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool `json:"stderr_truncated,omitempty"`
 	ResultTruncated bool `json:"result_truncated,omitempty"`
+	// Interpreter is there for a stateful run that reached its
+	// interpreter.
+	Interpreter *Interpreter `json:"interpreter,omitempty"`
 }
 
 // Event is something that happened to a session that its client should
@@ -122,6 +127,9 @@ func (r *records) putPending(ctx context.Context, key string, run Run) (bool, er
 	item["run_id"] = avS(run.ID)
 	item["status"] = avS(string(RunRunning))
 	item["language"] = avS(run.Language)
+	if run.Stateful {
+		item["stateful"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
 	item["created_at"] = avTime(run.CreatedAt)
 	item["expires_at"] = avN(run.CreatedAt.Add(RunRetention + run.Timeout).Unix())
@@ -158,6 +166,9 @@ func (r *records) putFinished(ctx context.Context, key string, run Run) error {
 	item["run_id"] = avS(run.ID)
 	item["status"] = avS(string(run.Status))
 	item["language"] = avS(run.Language)
+	if run.Stateful {
+		item["stateful"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
 	item["created_at"] = avTime(run.CreatedAt)
 	item["finished_at"] = avTime(run.FinishedAt)
@@ -186,6 +197,7 @@ func (r *records) getRun(ctx context.Context, key, runID string) (Run, error) {
 		SessionID:  getS(it, "session"),
 		Status:     RunStatus(getS(it, "status")),
 		Language:   getS(it, "language"),
+		Stateful:   getBool(it, "stateful"),
 		Timeout:    time.Duration(getN(it, "timeout_ms")) * time.Millisecond,
 		CreatedAt:  getTime(it, "created_at"),
 		FinishedAt: getTime(it, "finished_at"),
@@ -349,4 +361,9 @@ func getTime(item map[string]types.AttributeValue, k string) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(getN(item, k)).UTC()
+}
+
+func getBool(item map[string]types.AttributeValue, k string) bool {
+	b, ok := item[k].(*types.AttributeValueMemberBOOL)
+	return ok && b.Value
 }

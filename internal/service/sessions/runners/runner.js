@@ -3,11 +3,17 @@
 // the code in the global scope, like a REPL, so that the value of the last
 // expression is the result, and after the code's own output writes one
 // line: "\n" + SANDSTEP_MARK + {"ok","error","truncated","result"}.
+//
+// With SANDSTEP_KERNEL set it is a session's stateful interpreter
+// (sandstep-kernel): it runs one piece of code after another in the same
+// global scope, as stateful.go describes.
 (async () => {
   const env = process.env;
-  const mark = env.SANDSTEP_MARK || "";
+  let mark = env.SANDSTEP_MARK || "";
   const lang = env.SANDSTEP_LANG || "javascript";
   const maxResult = Number(env.SANDSTEP_MAX_RESULT) || 65536;
+  const kernel = env.SANDSTEP_KERNEL || "";
+  delete env.SANDSTEP_KERNEL;
   delete env.SANDSTEP_MARK;
   delete env.SANDSTEP_LANG;
   delete env.SANDSTEP_MAX_RESULT;
@@ -99,36 +105,90 @@
     return s === undefined ? null : s;
   }
 
-  const code = fs.readFileSync(0, "utf8");
-  let value;
-  try {
-    if (lang === "typescript") {
-      if (isDeno) {
-        value = await runModule(code, ".ts");
-      } else if (typeof nodeModule.stripTypeScriptTypes === "function") {
-        value = await runScript(nodeModule.stripTypeScriptTypes(code));
+  // execute runs code, writes the verdict line with write and returns
+  // the exit status.
+  async function execute(code, write, extra) {
+    failure = null;
+    let value;
+    try {
+      if (lang === "typescript") {
+        if (isDeno) {
+          value = await runModule(code, ".ts");
+        } else if (typeof nodeModule.stripTypeScriptTypes === "function") {
+          value = await runScript(nodeModule.stripTypeScriptTypes(code));
+        } else {
+          throw new Error(
+            "typescript needs Deno, or Node.js 22.13 or later, in the sandbox; it has Node.js " +
+              process.version + ". Send the code as javascript instead.",
+          );
+        }
       } else {
-        throw new Error(
-          "typescript needs Deno, or Node.js 22.13 or later, in the sandbox; it has Node.js " +
-            process.version + ". Send the code as javascript instead.",
-        );
+        value = await runScript(code);
       }
-    } else {
-      value = await runScript(code);
+    } catch (e) {
+      fail(e);
     }
-  } catch (e) {
-    fail(e);
+    // Let a rejection the code left unhandled surface before the verdict.
+    await new Promise((resolve) => setImmediate(resolve));
+    const ok = failure === null;
+    let result = ok ? encode(value) : null;
+    let truncated = false;
+    if (result !== null && Buffer.byteLength(result) > maxResult) {
+      result = JSON.stringify(result.slice(0, maxResult));
+      truncated = true;
+    }
+    const meta = JSON.stringify({ ok, error: failure, truncated, ...extra });
+    await write("\n" + mark + meta.slice(0, -1) + ',"result":' + (result === null ? "null" : result) + "}\n");
+    return ok ? 0 : 1;
   }
-  // Let a rejection the code left unhandled surface before the verdict.
-  await new Promise((resolve) => setImmediate(resolve));
-  const ok = failure === null;
-  let result = ok ? encode(value) : null;
-  let truncated = false;
-  if (result !== null && Buffer.byteLength(result) > maxResult) {
-    result = JSON.stringify(result.slice(0, maxResult));
-    truncated = true;
+
+  if (!kernel) {
+    const status = await execute(fs.readFileSync(0, "utf8"), (line) => new Promise((resolve) => process.stdout.write(line, resolve)));
+    process.exit(status);
   }
-  const meta = JSON.stringify({ ok, error: failure, truncated });
-  const line = "\n" + mark + meta.slice(0, -1) + ',"result":' + (result === null ? "null" : result) + "}\n";
-  process.stdout.write(line, () => process.exit(ok ? 0 : 1));
+
+  // The stateful interpreter: requests come one line at a time on the FIFO
+  // ctl ("<run prefix> <mark> <started 0|1> <why state was lost>"), the
+  // code in <prefix>.code; what the code writes through process.stdout
+  // and process.stderr (console included) goes to the FIFOs <prefix>.out
+  // and <prefix>.err, and the exit status to <prefix>.status before they
+  // close.
+  const ctl = fs.openSync(path.join(kernel, "ctl"), "r+");
+  fs.writeFileSync(path.join(kernel, "pid.tmp"), String(process.pid));
+  fs.renameSync(path.join(kernel, "pid.tmp"), path.join(kernel, "pid"));
+  const readline = await import("node:readline");
+  const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: ctl }) });
+  const stdoutWrite = process.stdout.write;
+  const stderrWrite = process.stderr.write;
+  const redirect = (stream, fd) => {
+    stream.write = (chunk, encoding, cb) => {
+      try {
+        fs.writeSync(fd, typeof chunk === "string" ? chunk : Buffer.from(chunk));
+      } catch {}
+      const done = typeof encoding === "function" ? encoding : cb;
+      if (done) done();
+      return true;
+    };
+  };
+  for await (const line of lines) {
+    const [prefix, runMark, started, ...lost] = line.split(" ");
+    mark = runMark || "";
+    const code = fs.readFileSync(prefix + ".code", "utf8");
+    const out = fs.openSync(prefix + ".out", "w");
+    const err = fs.openSync(prefix + ".err", "w");
+    redirect(process.stdout, out);
+    redirect(process.stderr, err);
+    const interpreter = { started: started === "1" };
+    if (lost.join(" ")) interpreter.state_lost = lost.join(" ");
+    let status = 1;
+    try {
+      status = await execute(code, async (l) => fs.writeSync(out, l), { interpreter });
+    } finally {
+      process.stdout.write = stdoutWrite;
+      process.stderr.write = stderrWrite;
+      fs.writeFileSync(prefix + ".status", String(status));
+      fs.closeSync(out);
+      fs.closeSync(err);
+    }
+  }
 })();
