@@ -13,30 +13,37 @@ import (
 // kernel mode), so that variables, imports and open handles persist from
 // one run to the next while the sandbox lives. Each run is an exec of a
 // small shell client (statefulClient) that starts the interpreter when
-// there is none, hands it the code through a FIFO and relays its output
-// FIFOs to the exec's own stdout and stderr, so output, the last
-// expression's value and errors come back exactly as from a stateless run.
-// A run that times out or runs out of memory ends the interpreter
-// (endInterpreter); the next run starts another and says the state was
-// lost, and why. Each session has a sandbox of its own, and the
-// interpreter lives in it: two sessions never share one.
+// there is none and hands it the run: the interpreter reads the code from
+// the client's standard input and writes to its standard output and error
+// (through /proc/<client>/fd/7, 8 and 9), so output, the last expression's value and
+// errors come back exactly as from a stateless run, and a warm run starts
+// no process but the client's shell. A run that times out or runs out of
+// memory ends the interpreter (endInterpreter); the next run starts another
+// and says the state was lost, and why. Each session has a sandbox of its
+// own, and the interpreter lives in it: two sessions never share one.
+//
+// The interpreter's directory holds ctl, a FIFO of requests ("<client
+// pid> <mark> <started 0|1> <why state was lost>"), status, a FIFO it
+// opens for writing when it takes a run and writes "<client pid>
+// <status>" to at its end (its closing early tells the client the
+// interpreter died), and pid.
 
-// kernelDir is where a language's interpreter keeps its FIFO and pid in
+// kernelDir is where a language's interpreter keeps its FIFOs and pid in
 // the sandbox; $SANDSTEP_LANG completes it.
 const kernelDir = "/tmp/.sandstep-kernel-"
 
 // statefulClient runs one piece of code in the interpreter, $1 being the
-// runner and $2 the command that runs it. It exits with the code's status.
+// runner and $2 the command that runs it ($3 its options). It exits with
+// the code's status. Only shell builtins run in a warm run.
 const statefulClient = `d=` + kernelDir + `$SANDSTEP_LANG
-command -v "$2" >/dev/null 2>&1 || { echo "sandstep: the sandbox has no $2 for stateful runs" >&2; exit 127; }
-mkdir -p "$d" || exit 126
-started=0 lost=
-pid=$(cat "$d/pid" 2>/dev/null)
-if [ -z "$pid" ] || ! grep -qs sandstep-kernel "/proc/$pid/cmdline"; then
+started=0 lost= pid=
+[ -f "$d/pid" ] && read -r pid < "$d/pid"
+if [ -z "$pid" ] || [ ! -d "/proc/$pid" ]; then
+  command -v "$2" >/dev/null 2>&1 || { echo "sandstep: the sandbox has no $2 for stateful runs" >&2; exit 127; }
   [ -n "$pid" ] && lost="the interpreter ended (it exited, crashed or was killed)"
-  [ -f "$d/lost" ] && lost=$(cat "$d/lost")
-  rm -f "$d/lost" "$d/pid" "$d/ctl"
-  mkfifo "$d/ctl" || exit 126
+  [ -f "$d/lost" ] && read -r lost < "$d/lost"
+  rm -rf "$d"
+  mkdir -p "$d" && mkfifo "$d/ctl" "$d/status" || exit 126
   SANDSTEP_KERNEL=$d "$2" $3 "$1" </dev/null >/dev/null 2>&1 &
   i=0
   while [ ! -f "$d/pid" ]; do
@@ -49,35 +56,36 @@ if [ -z "$pid" ] || ! grep -qs sandstep-kernel "/proc/$pid/cmdline"; then
   done
   started=1
 fi
-r=$d/run.$$
-rm -f "$r.out" "$r.err" "$r.status"
-mkfifo "$r.out" "$r.err" || exit 126
-cat > "$r.code"
-printf '%s %s %s %s\n' "$r" "$SANDSTEP_MARK" "$started" "$lost" > "$d/ctl"
-cat "$r.err" >&2 &
-e=$!
-cat "$r.out"
-wait $e
-st=$(cat "$r.status" 2>/dev/null)
-rm -f "$r.out" "$r.err" "$r.code" "$r.status"
-if [ -z "$st" ]; then
-  echo "sandstep: the interpreter ended during the run; its state is lost" >&2
-  exit 1
-fi
-exit "$st"`
+read -r pid < "$d/pid"
+# The interpreter takes the run's input and output from these: 0, 1 and 2
+# are redirected for a moment by every builtin with a redirection.
+exec 7<&0 8>&1 9>&2
+printf '%s %s %s %s\n' $$ "$SANDSTEP_MARK" "$started" "$lost" > "$d/ctl"
+# The status of an earlier run whose client went away may come first.
+while :; do
+  exec 3< "$d/status"
+  if read -r id st <&3; then
+    [ "$id" = $$ ] && exit "$st"
+  elif ! { [ -r "/proc/$pid/stat" ] && read -r _ _ state _ < "/proc/$pid/stat" && [ "$state" != Z ]; }; then
+    echo "sandstep: the interpreter ended during the run; its state is lost" >&2
+    exit 1
+  fi
+  exec 3<&-
+done`
 
 // endClient ends a language's interpreter (an interrupt first, so that it
 // may close what it holds) and leaves the reason, $1, for the next run.
 const endClient = `d=` + kernelDir + `$SANDSTEP_LANG
-pid=$(cat "$d/pid" 2>/dev/null)
-if [ -n "$pid" ] && grep -qs sandstep-kernel "/proc/$pid/cmdline"; then
+pid=
+[ -f "$d/pid" ] && read -r pid < "$d/pid"
+if [ -n "$pid" ] && [ -d "/proc/$pid" ]; then
   kill -INT "$pid" 2>/dev/null
   i=0
   while [ $i -lt 20 ] && kill -0 "$pid" 2>/dev/null; do sleep 0.01; i=$((i+1)); done
   kill -KILL "$pid" 2>/dev/null
 fi
 rm -f "$d/pid"
-mkdir -p "$d" && printf '%s' "$1" > "$d/lost"`
+mkdir -p "$d" && printf '%s\n' "$1" > "$d/lost"`
 
 // Interpreter describes the interpreter a stateful run ran in.
 type Interpreter struct {

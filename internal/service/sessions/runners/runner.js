@@ -147,12 +147,13 @@
     process.exit(status);
   }
 
-  // The stateful interpreter: requests come one line at a time on the FIFO
-  // ctl ("<run prefix> <mark> <started 0|1> <why state was lost>"), the
-  // code in <prefix>.code; what the code writes through process.stdout
-  // and process.stderr (console included) goes to the FIFOs <prefix>.out
-  // and <prefix>.err, and the exit status to <prefix>.status before they
-  // close.
+  // The stateful interpreter (see stateful.go): a request comes as one
+  // line on the FIFO ctl, "<client pid> <mark> <started 0|1> <why state
+  // was lost>". The code is the client's standard input, and what the code
+  // writes through process.stdout and process.stderr (console included)
+  // goes to the client's standard output and error (its fds 7, 8 and 9);
+  // the FIFO status, held
+  // open for writing while the run lasts, gets "<client pid> <exit status>".
   const ctl = fs.openSync(path.join(kernel, "ctl"), "r+");
   fs.writeFileSync(path.join(kernel, "pid.tmp"), String(process.pid));
   fs.renameSync(path.join(kernel, "pid.tmp"), path.join(kernel, "pid"));
@@ -171,24 +172,31 @@
     };
   };
   for await (const line of lines) {
-    const [prefix, runMark, started, ...lost] = line.split(" ");
+    const [client, runMark, started, ...lost] = line.split(" ");
     mark = runMark || "";
-    const code = fs.readFileSync(prefix + ".code", "utf8");
-    const out = fs.openSync(prefix + ".out", "w");
-    const err = fs.openSync(prefix + ".err", "w");
-    redirect(process.stdout, out);
-    redirect(process.stderr, err);
-    const interpreter = { started: started === "1" };
-    if (lost.join(" ")) interpreter.state_lost = lost.join(" ");
-    let status = 1;
+    const status = fs.openSync(path.join(kernel, "status"), "w");
+    let code = 1;
+    let out = -1;
+    let err = -1;
     try {
-      status = await execute(code, async (l) => fs.writeSync(out, l), { interpreter });
+      const fd = "/proc/" + client + "/fd/";
+      const src = fs.readFileSync(fd + "7", "utf8");
+      out = fs.openSync(fd + "8", "w");
+      err = fs.openSync(fd + "9", "w");
+      redirect(process.stdout, out);
+      redirect(process.stderr, err);
+      const interpreter = { started: started === "1" };
+      if (lost.join(" ")) interpreter.state_lost = lost.join(" ");
+      code = await execute(src, async (l) => fs.writeSync(out, l), { interpreter });
+    } catch {
+      // the client is gone
     } finally {
       process.stdout.write = stdoutWrite;
       process.stderr.write = stderrWrite;
-      fs.writeFileSync(prefix + ".status", String(status));
-      fs.closeSync(out);
-      fs.closeSync(err);
+      if (out >= 0) fs.closeSync(out);
+      if (err >= 0) fs.closeSync(err);
     }
+    fs.writeSync(status, client + " " + code + "\n");
+    fs.closeSync(status);
   }
 })();

@@ -89,10 +89,11 @@ def execute(extra=None):
 
 
 def serve():
-    """The stateful interpreter: requests come one line at a time on the
-    FIFO ctl ("<run prefix> <mark> <started 0|1> <why state was lost>"),
-    the code in <prefix>.code; output goes to the FIFOs <prefix>.out and
-    <prefix>.err, and the exit status to <prefix>.status before they close."""
+    """The stateful interpreter (see stateful.go): a request comes as one
+    line on the FIFO ctl, "<client pid> <mark> <started 0|1> <why state
+    was lost>". The code is the client's standard input and the output
+    goes to its standard output and error (its fds 7, 8 and 9); the FIFO status, held open for
+    writing while the run lasts, gets "<client pid> <exit status>"."""
     global src, mark
     null = os.open(os.devnull, os.O_RDWR)
     ctl = os.open(os.path.join(kernel, "ctl"), os.O_RDWR)
@@ -107,24 +108,33 @@ def serve():
                 return
             pending += chunk
         line, pending = pending.split(b"\n", 1)
-        prefix, mark, started, lost = (line.decode().split(" ", 3) + ["", "", "", ""])[:4]
-        with open(prefix + ".code") as f:
-            src = f.read()
-        out = os.open(prefix + ".out", os.O_WRONLY)
-        err = os.open(prefix + ".err", os.O_WRONLY)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        os.close(out)
-        os.close(err)
-        extra = {"interpreter": {"started": started == "1"}}
-        if lost:
-            extra["interpreter"]["state_lost"] = lost
-        status = execute(extra)
-        with open(prefix + ".status", "w") as f:
-            f.write(str(status))
-        # The output FIFOs close: the run's client sees their end.
-        os.dup2(null, 1)
-        os.dup2(null, 2)
+        client, mark, started, lost = (line.decode().split(" ", 3) + ["", "", "", ""])[:4]
+        status = os.open(os.path.join(kernel, "status"), os.O_WRONLY)
+        code = 1
+        try:
+            fd = "/proc/%s/fd/" % client
+            with open(fd + "7") as f:
+                src = f.read()
+            out = os.open(fd + "8", os.O_WRONLY)
+            err = os.open(fd + "9", os.O_WRONLY)
+        except OSError:
+            pass  # the client is gone
+        else:
+            os.dup2(out, 1)
+            os.dup2(err, 2)
+            os.close(out)
+            os.close(err)
+            extra = {"interpreter": {"started": started == "1"}}
+            if lost:
+                extra["interpreter"]["state_lost"] = lost
+            try:
+                code = execute(extra)
+            finally:
+                # The client's output ends with the run.
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+        os.write(status, ("%s %d\n" % (client, code)).encode())
+        os.close(status)
 
 
 if kernel:
