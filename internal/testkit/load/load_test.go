@@ -273,7 +273,7 @@ func BenchmarkResearchLoad(b *testing.B) {
 // memory and leak figures.
 func BenchmarkSessionRunsLoad(b *testing.B) {
 	const n = 200
-	k := newStack(b, "[sessions]\nenabled = true\nsync_wait = \"5m\"\nreaper_interval = \"1h\"\n")
+	k := newStack(b, "[sessions]\nenabled = true\nsync_wait = \"25s\"\nreaper_interval = \"1h\"\n")
 	run := func(sid string) (time.Duration, error) {
 		start := time.Now()
 		code, body, err := k.do(http.MethodPost, "/v1/sessions/"+sid+"/run", map[string]any{"code": "true", "language": "shell"})
