@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,6 +42,10 @@ type cgroupHost struct {
 	// swap says whether swap can be capped along with memory (v1
 	// memory.memsw.*, v2 memory.swap.max).
 	swap bool
+	// cloneInto says whether a process can be started inside a v2 group
+	// (clone3 with CLONE_INTO_CGROUP), which the agent's exec groups need
+	// there (see openExecDir).
+	cloneInto bool
 	// why says what is missing when a controller is.
 	why string
 }
@@ -438,7 +444,7 @@ func detectV2(mounts []mountEntry, paths map[string]string, probe string) (cgrou
 		h.cpu = dir
 	}
 	var err error
-	if h.swap, err = h.probe(probe); err != nil {
+	if h.swap, h.cloneInto, err = h.probe(probe); err != nil {
 		return cgroupHost{}, fmt.Sprintf("cgroup v2 at %s delegates memory and pids but is not writable here (%v)", dir, err)
 	}
 	return h, ""
@@ -540,17 +546,31 @@ func detectV1(mounts []mountEntry, paths map[string]string, probe string) (cgrou
 
 // probe makes and removes a group with limits, to prove the place works,
 // and says whether swap can be capped there.
-func (h cgroupHost) probe(name string) (swap bool, err error) {
+func (h cgroupHost) probe(name string) (swap, cloneInto bool, err error) {
 	cg := h.groupFor(name)
 	err = h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16})
 	if err == nil {
 		_, serr := os.Stat(filepath.Join(cg.Memory, "memory.swap.max"))
 		swap = serr == nil
+		cloneInto = startsInside(cg.Pids)
 	}
 	if rerr := cg.remove(); err == nil {
 		err = rerr
 	}
-	return swap, err
+	return swap, cloneInto, err
+}
+
+// startsInside reports whether a process can be started inside the v2
+// group dir.
+func startsInside(dir string) bool {
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd())}
+	return cmd.Run() == nil
 }
 
 func probeV1(dir, name, file string) error {

@@ -592,7 +592,8 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	}
 
 	var groups *os.File
-	if !p.noExecGroups {
+	// On cgroup v2, bwrap must start inside the group (below).
+	if !p.noExecGroups && (rec.Cgroup == nil || rec.Cgroup.Version != 2 || s.cgroups.cloneInto) {
 		if groups, err = rec.Cgroup.openExecDir(uid, s.isRoot); err != nil {
 			return nil, providers.Wrap(providers.Internal, op, err)
 		}
