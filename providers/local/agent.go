@@ -470,14 +470,12 @@ func (a *agent) startDirect(g *execGroup, argv []string, cwd string, env []strin
 	path, err := lookPath(argv[0], envValue(env, "PATH"))
 	var waits <-chan unix.WaitStatus
 	if err == nil {
-		var pid int
-		pid, waits, err = a.reaper.start(g, a.cfg.Limits, path, argv, &syscall.ProcAttr{
+		waits, err = a.reaper.start(g, a.cfg.Limits, path, argv, &syscall.ProcAttr{
 			Dir:   cwd,
 			Env:   env,
 			Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
 			Sys:   &syscall.SysProcAttr{Setsid: true},
 		})
-		_ = pid
 	}
 	var errno syscall.Errno
 	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.As(err, &errno) {

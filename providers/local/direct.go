@@ -208,7 +208,7 @@ func (r *reaper) reap() {
 // start starts argv in group g with the sandbox's limits, first in line for
 // the OOM killer, as startLimited does in the shim; the status of its main
 // process arrives on the returned channel.
-func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, attr *syscall.ProcAttr) (int, <-chan unix.WaitStatus, error) {
+func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, attr *syscall.ProcAttr) (<-chan unix.WaitStatus, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	r.mu.Lock()
@@ -224,9 +224,9 @@ func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, at
 		return lim.apply(pid)
 	})
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	ch := make(chan unix.WaitStatus, 1)
 	r.waiters[pid] = ch
-	return pid, ch, nil
+	return ch, nil
 }

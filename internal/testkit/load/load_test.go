@@ -216,34 +216,20 @@ func BenchmarkResearchLoad(b *testing.B) {
 		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) {
 			var times []time.Duration
 			var wall time.Duration
-			failed := 0
 			before := k.st.Stats()
 			peak := watchMemory()
+			var failed atomic.Int64
 			for b.Loop() {
-				start := time.Now()
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				for range n {
-					seq++
-					id := fmt.Sprintf("load-%d", seq)
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						d, status, err := k.job(id)
-						mu.Lock()
-						defer mu.Unlock()
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						if status != "succeeded" {
-							failed++
-						}
-						times = append(times, d)
-					}()
-				}
-				wg.Wait()
-				wall += time.Since(start)
+				first := seq + 1
+				seq += n
+				ts, w := together(b, n, func(i int) (time.Duration, error) {
+					d, status, err := k.job(fmt.Sprintf("load-%d", first+i))
+					if err == nil && status != "succeeded" {
+						failed.Add(1)
+					}
+					return d, err
+				})
+				times, wall = append(times, ts...), wall+w
 			}
 			b.StopTimer()
 			self, others := peak.stop()
@@ -262,7 +248,7 @@ func BenchmarkResearchLoad(b *testing.B) {
 			b.ReportMetric(float64(self)/(1<<20), "server-peak-MiB")
 			b.ReportMetric(float64(others)/(1<<20), "plugin+sandboxes-peak-MiB")
 			b.ReportMetric(float64(calls.ItemWrites)/float64(len(times)), "ddb-writes/job")
-			b.ReportMetric(float64(failed), "failed-jobs")
+			b.ReportMetric(float64(failed.Load()), "failed-jobs")
 			k.leaks(b)
 		})
 	}
@@ -305,24 +291,8 @@ func BenchmarkSessionRunsLoad(b *testing.B) {
 	peak := watchMemory()
 	before := k.st.Stats()
 	for b.Loop() {
-		var mu sync.Mutex
-		start := time.Now()
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d, err := run(fmt.Sprintf("load-%d", i))
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				times = append(times, d)
-			}()
-		}
-		wg.Wait()
-		wall += time.Since(start)
+		ts, w := together(b, n, func(i int) (time.Duration, error) { return run(fmt.Sprintf("load-%d", i)) })
+		times, wall = append(times, ts...), wall+w
 	}
 	b.StopTimer()
 	self, others := peak.stop()
@@ -344,6 +314,32 @@ func BenchmarkSessionRunsLoad(b *testing.B) {
 		}
 	}
 	k.leaks(b)
+}
+
+// together calls f(0), ..., f(n-1) at once and returns how long each
+// successful call took and the time until the last ended; a failed call
+// fails the benchmark.
+func together(b *testing.B, n int, f func(i int) (time.Duration, error)) ([]time.Duration, time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var times []time.Duration
+	start := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := f(i)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			times = append(times, d)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return times, time.Since(start)
 }
 
 // leaks fails the benchmark when, after a grace period, a sandbox, an open
