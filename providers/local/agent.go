@@ -255,14 +255,14 @@ func (a *agent) handle(conn net.Conn) {
 	}
 }
 
-// shimStatus is what a shim reports on its status pipe when the command's
-// main process has ended.
-type shimStatus struct {
+// execStatus is how an exec's main process ended: what a shim reports on
+// its status pipe, or the agent's own wait status of a command it started.
+type execStatus struct {
 	Status int    `json:"status"`
 	Error  string `json:"error,omitempty"`
 }
 
-// exec runs one command under a fresh shim. It returns nil when the plugin
+// exec runs one command (see startCommand). It returns nil when the plugin
 // went away mid-exec (the tree is killed and there is no one to answer).
 func (a *agent) exec(fr *frameReader, fw *frameWriter, req request) *result {
 	start := time.Now()
@@ -382,7 +382,7 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var st shimStatus
+	var st execStatus
 	timedOut := false
 	select {
 	case st = <-proc.status:
@@ -425,10 +425,10 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 // running is a started exec: the status of its main process, a way to
 // end all of its processes, and what to do once it is over.
 type running struct {
-	status <-chan shimStatus
+	status <-chan execStatus
 	// kill ends every process of the exec and returns the main one's
 	// status.
-	kill func() shimStatus
+	kill func() execStatus
 	// done lets go of the exec's resources; background processes it left
 	// keep running.
 	done func()
@@ -462,7 +462,7 @@ func (a *agent) startCommand(argv []string, cwd string, env []string, stdin, std
 // cannot be run is reported as a shell would, on its stderr with status
 // 127 (not found) or 126; other errors send the exec to the shim.
 func (a *agent) startDirect(g *execGroup, argv []string, cwd string, env []string, stdin, stdout, stderr *os.File) (*running, error) {
-	statusCh := make(chan shimStatus, 1)
+	statusCh := make(chan execStatus, 1)
 	r := &running{
 		status: statusCh,
 		done:   g.release,
@@ -487,12 +487,12 @@ func (a *agent) startDirect(g *execGroup, argv []string, cwd string, env []strin
 		if errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		statusCh <- shimStatus{Status: code << 8}
-		r.kill = func() shimStatus { return shimStatus{Status: code << 8} }
+		statusCh <- execStatus{Status: code << 8}
+		r.kill = func() execStatus { return execStatus{Status: code << 8} }
 		return r, nil
 	}
-	go func() { statusCh <- shimStatus{Status: int(<-waits)} }()
-	r.kill = func() shimStatus {
+	go func() { statusCh <- execStatus{Status: int(<-waits)} }()
+	r.kill = func() execStatus {
 		if !g.kill(10 * time.Second) {
 			a.log.Warn("the processes of an exec outlived the kill", "group", g.name)
 		}
@@ -527,18 +527,18 @@ func (a *agent) startShim(argv []string, cwd string, env []string, stdin, stdout
 	}
 	// cmd.Wait is never called: the reaper reaps the shim when it ends,
 	// which is when the last of its background descendants has.
-	statusCh := make(chan shimStatus, 1)
+	statusCh := make(chan execStatus, 1)
 	go func() {
 		defer statusR.Close()
-		var st shimStatus
+		var st execStatus
 		if err := json.NewDecoder(statusR).Decode(&st); err != nil {
-			st = shimStatus{Status: -1, Error: "the exec's supervisor was killed before the command ended (by a process in the sandbox?)"}
+			st = execStatus{Status: -1, Error: "the exec's supervisor was killed before the command ended (by a process in the sandbox?)"}
 		}
 		statusCh <- st
 	}()
 	return &running{
 		status: statusCh,
-		kill:   func() shimStatus { return a.killTree(cmd.Process, statusCh) },
+		kill:   func() execStatus { return a.killTree(cmd.Process, statusCh) },
 		done:   func() {},
 	}, nil
 }
@@ -555,7 +555,7 @@ func envValue(env []string, key string) string {
 
 // killTree asks the shim to kill every process of the exec and returns the
 // main process's status. A shim that does not answer is killed itself.
-func (a *agent) killTree(shim *os.Process, statusCh <-chan shimStatus) shimStatus {
+func (a *agent) killTree(shim *os.Process, statusCh <-chan execStatus) execStatus {
 	_ = shim.Signal(syscall.SIGTERM)
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
@@ -565,7 +565,7 @@ func (a *agent) killTree(shim *os.Process, statusCh <-chan shimStatus) shimStatu
 	case <-t.C:
 		a.log.Warn("exec supervisor did not stop; killing it", "pid", shim.Pid)
 		_ = shim.Kill()
-		return shimStatus{Status: int(syscall.SIGKILL)}
+		return execStatus{Status: int(syscall.SIGKILL)}
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 // args: cwd limits -- argv...
 func runShim(args []string) int {
 	status := os.NewFile(3, "status")
-	report := func(st shimStatus) {
+	report := func(st execStatus) {
 		if status == nil {
 			return
 		}
@@ -35,18 +35,18 @@ func runShim(args []string) int {
 		status = nil
 	}
 	if len(args) < 4 || args[2] != "--" {
-		report(shimStatus{Status: -1, Error: "bad shim arguments"})
+		report(execStatus{Status: -1, Error: "bad shim arguments"})
 		return 1
 	}
 	cwd, argv := args[0], args[3:]
 	lim, err := parseRlimits(args[1])
 	if err != nil {
-		report(shimStatus{Status: -1, Error: err.Error()})
+		report(execStatus{Status: -1, Error: err.Error()})
 		return 1
 	}
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		report(shimStatus{Status: -1, Error: fmt.Sprintf("prctl subreaper: %v", err)})
+		report(execStatus{Status: -1, Error: fmt.Sprintf("prctl subreaper: %v", err)})
 		return 1
 	}
 	term := make(chan os.Signal, 1)
@@ -60,7 +60,7 @@ func runShim(args []string) int {
 		if errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		report(shimStatus{Status: code << 8})
+		report(execStatus{Status: code << 8})
 		return 0
 	}
 	// Let go of the command's stdio so that EOF depends on its processes only.
@@ -93,10 +93,10 @@ func runShim(args []string) int {
 			break // ECHILD: the tree is gone
 		}
 		if p == pid {
-			report(shimStatus{Status: int(ws)})
+			report(execStatus{Status: int(ws)})
 		}
 	}
-	report(shimStatus{Status: -1, Error: "the command's process vanished"})
+	report(execStatus{Status: -1, Error: "the command's process vanished"})
 	return 0
 }
 
