@@ -68,7 +68,9 @@ while :; do
     [ "$id" = $$ ] && exit "$st"
   elif ! { [ -r "/proc/$pid/stat" ] && read -r _ _ state _ < "/proc/$pid/stat" && [ "$state" != Z ]; }; then
     echo "sandstep: the interpreter ended during the run; its state is lost" >&2
-    exit 1
+    # As a shell reports a child killed by SIGKILL: the provider then
+    # tells an OOM kill (the interpreter is the sandbox's largest process).
+    exit 137
   fi
   exec 3<&-
 done`

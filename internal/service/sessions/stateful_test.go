@@ -143,3 +143,21 @@ func TestStatefulShellIsRefused(t *testing.T) {
 	r := e.do(http.MethodPost, "/v1/sessions/sh/run", tokenAcme, map[string]any{"code": "true", "language": "shell", "stateful": true})
 	wantError(t, r, http.StatusBadRequest, "invalid_argument", "stateful")
 }
+
+// A stateful run that runs out of memory says so, like a stateless one;
+// the interpreter it killed is gone and the next run says why.
+func TestStatefulOutOfMemory(t *testing.T) {
+	e := newEnv(t, envConfig{sessions: "memory_mb = 256"})
+	wantOK(t, e.runStateful(tokenAcme, "mem", "python", "x = 1", 0))
+	run := e.runStateful(tokenAcme, "mem", "python", "chunks = [b'x' * (64 << 20) for i in range(16)]\nprint('survived')", 0)
+	msg, _ := run["error"].(string)
+	if run["success"] != false || run["oom"] != true || !strings.Contains(msg, "out of memory") {
+		t.Fatalf("run = %v; want an out-of-memory error", run)
+	}
+	run = e.runStateful(tokenAcme, "mem", "python", "x", 0)
+	in := interpreter(t, run)
+	if lost, _ := in["state_lost"].(string); run["success"] != false || in["started"] != true || !strings.Contains(lost, "out of memory") {
+		t.Errorf("the run after the OOM kill: %v", run)
+	}
+	wantOK(t, e.runStateful(tokenAcme, "mem", "python", "6 * 7", 0))
+}
