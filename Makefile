@@ -69,7 +69,7 @@ fuzz: deps
 	done
 
 bench: deps build
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BIN)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $$($(GO) list ./... | grep -v /internal/testkit/load) | tee $(BIN)/bench.txt
 
 # The load benchmarks (internal/testkit/load): research jobs 1, 5, 10 and 25
 # at once against the fixture web, and 200 warm session runs at once, on the

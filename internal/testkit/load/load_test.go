@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,6 +40,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	// Only benchmarks here: a plain `go test ./...` (make test) builds
+	// nothing.
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "sandstep-load-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
