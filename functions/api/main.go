@@ -16,8 +16,8 @@ import (
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/sessions"
-	"github.com/sandstep/sandstep/providers/plugin"
 	"github.com/sandstep/sandstep/internal/service/tools"
+	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 func main() {
