@@ -41,15 +41,23 @@ func Start(tb testing.TB, records map[string][]string) *Server {
 
 // Listen starts a server; Close stops it.
 func Listen(records map[string][]string) (*Server, error) {
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := udp.LocalAddr().(*net.UDPAddr).Port
-	tcp, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if err != nil {
+	// The kernel picks a free UDP port; the TCP port of the same number may
+	// be another program's, so a few ports are tried.
+	var udp net.PacketConn
+	var tcp net.Listener
+	for try := 0; ; try++ {
+		var err error
+		if udp, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		port := udp.LocalAddr().(*net.UDPAddr).Port
+		if tcp, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			break
+		}
 		udp.Close()
-		return nil, err
+		if try == 20 {
+			return nil, err
+		}
 	}
 	s := &Server{udp: udp, tcp: tcp, records: map[string][]netip.Addr{}, queries: map[string]int{}}
 	for name, addrs := range records {
