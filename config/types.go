@@ -5,29 +5,8 @@
 // the file; keys ending in "_env" name the environment variable that holds one.
 package config
 
-import (
-	"fmt"
-	"time"
-)
+import "github.com/sandstep/sandstep/providers"
 
 // Duration is a time.Duration written as a Go duration string ("30s", "5m")
-// in TOML and JSON.
-type Duration time.Duration
-
-// D returns the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// UnmarshalText parses a Go duration string.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("invalid duration %q (want a number with a unit, e.g. \"30s\" or \"5m\")", string(b))
-	}
-	*d = Duration(v)
-	return nil
-}
-
-// MarshalText writes a Go duration string.
-func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+// in TOML and JSON: the same type providers' own settings use.
+type Duration = providers.Duration

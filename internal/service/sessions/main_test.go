@@ -281,10 +281,27 @@ func (e *env) do(method, path, token string, body any) response {
 }
 
 // run posts code and returns the finished run; it fails the test on
-// anything but 200.
+// anything but 200, or 202 and then the finished run.
 func (e *env) run(token, sid, language, code string) map[string]any {
 	e.t.Helper()
-	r := e.do(http.MethodPost, "/v1/sessions/"+sid+"/run", token, map[string]any{"code": code, "language": language})
+	return e.finished(token, sid, e.do(http.MethodPost, "/v1/sessions/"+sid+"/run", token, map[string]any{"code": code, "language": language}))
+}
+
+// finished returns the run a POST .../run answered: at once (200), or,
+// when it outlasted sync_wait (202: a session's first sandbox on a loaded
+// machine), by polling it as a client would, for at most three minutes.
+func (e *env) finished(token, sid string, r response) map[string]any {
+	e.t.Helper()
+	if r.status == http.StatusAccepted {
+		run := r.json(e.t)
+		id, _ := run["run_id"].(string)
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+			r = e.do(http.MethodGet, "/v1/sessions/"+sid+"/runs/"+id, token, nil)
+			if r.status != http.StatusOK || r.json(e.t)["status"] != "running" {
+				break
+			}
+		}
+	}
 	if r.status != http.StatusOK {
 		e.t.Fatalf("run in %s: %d %s", sid, r.status, r.body)
 	}

@@ -13,11 +13,7 @@ func (e *env) runStateful(token, sid, language, code string, timeoutSeconds int)
 	if timeoutSeconds > 0 {
 		body["timeout_seconds"] = timeoutSeconds
 	}
-	r := e.do(http.MethodPost, "/v1/sessions/"+sid+"/run", token, body)
-	if r.status != http.StatusOK {
-		e.t.Fatalf("stateful run in %s: %d %s", sid, r.status, r.body)
-	}
-	return r.json(e.t)
+	return e.finished(token, sid, e.do(http.MethodPost, "/v1/sessions/"+sid+"/run", token, body))
 }
 
 // interpreter returns a stateful run's interpreter object.

@@ -37,8 +37,11 @@ func Connect(t testing.TB, impl providers.Provider) providers.Provider {
 		plugin.PluginName: &plugin.GRPCPlugin{Impl: impl},
 	})
 	t.Cleanup(func() {
-		_ = client.Close()
+		// The server first: the client's Close asks the server to stop
+		// itself (go-plugin's Shutdown RPC), and go-plugin's Stop is not
+		// safe to run twice at once.
 		server.Stop()
+		_ = client.Close()
 	})
 	raw, err := client.Dispense(plugin.PluginName)
 	if err != nil {
