@@ -44,7 +44,9 @@ func Extractive(query string, given []Given) string {
 	b.WriteString("## " + HeadingSummary + "\n\n")
 	switch {
 	case len(given) == 0:
-		b.WriteString("No sources were collected for this question, so this report has no findings. Search again with other backends or give seed URLs.\n\n")
+		// Said for both causes: the search found nothing, or what it found
+		// and the seeds given could not be read (the not-used list says why).
+		b.WriteString("No sources were collected for this question, so this report has no findings: the search found no page, or none of the pages found or given could be read (any that were are listed under what was not used, with the reason). Search again with other backends, or give seed URLs that can be read.\n\n")
 	case len(summary) == 0:
 		fmt.Fprintf(&b, "No readable text on this question was found in %s. The Sources section below lists %s.\n\n", countSources(len(given)), itThem(len(given)))
 	default:
