@@ -3,7 +3,6 @@ package localexec_test
 import (
 	"context"
 	"fmt"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 // BenchmarkDeepResearchOverhead runs statemachine/deep-research.asl.json

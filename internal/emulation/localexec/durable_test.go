@@ -3,7 +3,6 @@ package localexec_test
 import (
 	"context"
 	"errors"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"log/slog"
 	"os"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }

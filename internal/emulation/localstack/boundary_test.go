@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/crawler/spec"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testdns"
 	"github.com/sandstep/sandstep/providers"
 )

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"fmt"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"net/http"
 	"strings"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 // newSessionsEnv serves the API with a sessions service of the given

@@ -2,12 +2,12 @@ package store_test
 
 import (
 	"context"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
 // The binaries every test runs: the CLI with the fault hook, the provider
