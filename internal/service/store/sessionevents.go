@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sandstep/sandstep/internal/service/ids"
 )
 
 // MaxSessionEvents is how many events a session keeps; older ones are
@@ -63,28 +65,39 @@ func (s *Store) AppendSessionEvent(ctx context.Context, key string, at time.Time
 		values[":x"] = s.expiry(at)
 		update += ", #x = :x"
 	}
-	var cond *string
+	// Every append carries a fresh token, kept as the list's last: the
+	// SDK retries an update whose answer was lost, and list_append is not
+	// idempotent, so a retry that finds its own token already there is the
+	// same append, already done, not a second event.
+	token := ids.Random(16)
+	names["#l"] = "last_append"
+	values[":l"] = avS(token)
+	update += ", #l = :l"
+	cond := "(attribute_not_exists(#l) OR #l <> :l)"
 	if e.Once != "" {
 		names["#o"] = "once"
 		values[":o"] = avS(e.Once)
 		update += ", #o = :o"
-		cond = aws.String("attribute_not_exists(#o) OR #o <> :o")
+		cond += " AND (attribute_not_exists(#o) OR #o <> :o)"
 	}
 	if e.Revive {
 		names["#x"] = "expires_at"
 		update += " REMOVE #x"
 	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.sessions,
-		Key:                       eventsKey(key),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       cond,
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-		ReturnValues:              types.ReturnValueUpdatedNew,
+		TableName:                           &s.sessions,
+		Key:                                 eventsKey(key),
+		UpdateExpression:                    aws.String(update),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueUpdatedNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if _, ok := isConditionFailed(err); ok {
-		return false, nil
+	if old, ok := isConditionFailed(err); ok {
+		// Our own retried append landed already; otherwise the Once
+		// value was there.
+		return getS(old, "last_append") == token, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("record event %s: %w", e.Type, err)

@@ -1,10 +1,16 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -140,5 +146,53 @@ func TestSessionRunRecords(t *testing.T) {
 	}
 	if _, err := s.GetSessionRun(ctx, "s-a", "never"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("failing an unknown run created it: %v", err)
+	}
+}
+
+// An append whose answer was lost and that the SDK sent again is one event,
+// not two: the middleware below delivers every UpdateItem twice, as a retry
+// after a lost response does.
+func TestSessionEventAppendSurvivesARetry(t *testing.T) {
+	_, env := newStore(t)
+	ctx := testCtx(t)
+	twice := func(stack *middleware.Stack) error {
+		return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("deliverTwice",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				if middleware.GetOperationName(ctx) == "UpdateItem" {
+					if req, ok := in.Request.(*smithyhttp.Request); ok {
+						first := req.Clone()
+						if err := first.RewindStream(); err != nil {
+							return middleware.FinalizeOutput{}, middleware.Metadata{}, err
+						}
+						if _, _, err := next.HandleFinalize(ctx, middleware.FinalizeInput{Request: first}); err != nil {
+							return middleware.FinalizeOutput{}, middleware.Metadata{}, err
+						}
+						if err := req.RewindStream(); err != nil {
+							return middleware.FinalizeOutput{}, middleware.Metadata{}, err
+						}
+					}
+				}
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	}
+	opts := env.Client.Options()
+	opts.APIOptions = append(slices.Clone(opts.APIOptions), twice)
+	s := store.New(dynamodb.New(opts), env.Prefix)
+	at := time.Now()
+	for i := range 3 {
+		wrote, err := s.AppendSessionEvent(ctx, "s-r", at, store.NewSessionEvent{Type: "e"})
+		if err != nil || !wrote {
+			t.Fatalf("append %d: wrote %v, %v", i, wrote, err)
+		}
+	}
+	evs, err := s.SessionEvents(ctx, "s-r", 0)
+	if err != nil || len(evs) != 3 || evs[2].Seq != 3 {
+		t.Fatalf("events after 3 appends delivered twice each: %+v %v", evs, err)
+	}
+	if wrote, err := s.AppendSessionEvent(ctx, "s-r", at, store.NewSessionEvent{Type: "x", Once: "o"}); err != nil || !wrote {
+		t.Fatalf("a Once append delivered twice: %v %v", wrote, err)
+	}
+	if wrote, err := s.AppendSessionEvent(ctx, "s-r", at, store.NewSessionEvent{Type: "x", Once: "o"}); err != nil || wrote {
+		t.Fatalf("the same Once value again: wrote %v, %v", wrote, err)
 	}
 }
