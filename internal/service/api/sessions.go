@@ -195,7 +195,6 @@ type runBody struct {
 	Code           *string  `json:"code"`
 	Language       string   `json:"language"`
 	TimeoutSeconds *float64 `json:"timeout_seconds"`
-	Stateful       bool     `json:"stateful"`
 }
 
 type runView struct {
@@ -203,7 +202,6 @@ type runView struct {
 	SessionID  string             `json:"session_id"`
 	Status     sessions.RunStatus `json:"status"`
 	Language   string             `json:"language"`
-	Stateful   bool               `json:"stateful,omitempty"`
 	CreatedAt  time.Time          `json:"created_at"`
 	FinishedAt *time.Time         `json:"finished_at,omitempty"`
 	*sessions.Result
@@ -218,7 +216,7 @@ type runLinks struct {
 func viewRun(run sessions.Run) runView {
 	session := "/v1/sessions/" + run.SessionID
 	v := runView{
-		RunID: run.ID, SessionID: run.SessionID, Status: run.Status, Language: run.Language, Stateful: run.Stateful,
+		RunID: run.ID, SessionID: run.SessionID, Status: run.Status, Language: run.Language,
 		CreatedAt: run.CreatedAt, Result: run.Result,
 		Links: runLinks{Self: session + "/runs/" + run.ID, Session: session},
 	}
@@ -247,7 +245,7 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (sessions.RunRequest, err
 	case err != nil:
 		return sessions.RunRequest{}, decodeError(err)
 	}
-	req := sessions.RunRequest{Language: body.Language, Stateful: body.Stateful}
+	req := sessions.RunRequest{Language: body.Language}
 	if body.Code != nil {
 		req.Code = *body.Code
 	}

@@ -51,8 +51,6 @@ type SessionRun struct {
 	SessionID string // the client's id of the session
 	Status    RunStatus
 	Language  string
-	// Stateful runs in the session's long-lived interpreter.
-	Stateful  bool
 	Timeout   time.Duration
 	CreatedAt time.Time
 	// FinishedAt and Result are set once the run ended. Result is JSON in
@@ -74,9 +72,6 @@ func runItem(key string, run SessionRun) map[string]types.AttributeValue {
 	item["run_id"] = avS(run.ID)
 	item["status"] = avS(string(run.Status))
 	item["language"] = avS(run.Language)
-	if run.Stateful {
-		item["stateful"] = avBool(true)
-	}
 	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
 	item["created_at"] = avTime(run.CreatedAt)
 	return item
@@ -143,7 +138,6 @@ func runFromItem(it map[string]types.AttributeValue) SessionRun {
 		SessionID:  getS(it, "session"),
 		Status:     RunStatus(getS(it, "status")),
 		Language:   getS(it, "language"),
-		Stateful:   getBool(it, "stateful"),
 		Timeout:    time.Duration(getN(it, "timeout_ms")) * time.Millisecond,
 		CreatedAt:  getTime(it, "created_at"),
 		FinishedAt: getTime(it, "finished_at"),
