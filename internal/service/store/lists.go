@@ -215,7 +215,7 @@ func (s *Store) records(table string, key func(string) map[string]types.Attribut
 					return nil, fmt.Errorf("read %s: DynamoDB left keys unprocessed 10 times", table)
 				}
 				if tries > 0 {
-					if err := sleepCtx(ctx, time.Duration(tries)*20*time.Millisecond); err != nil {
+					if err := backoff(ctx, tries); err != nil {
 						return nil, err
 					}
 				}
@@ -236,17 +236,6 @@ func (s *Store) records(table string, key func(string) map[string]types.Attribut
 			}
 		}
 		return items, nil
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -74,14 +74,10 @@ type rpcResponse struct {
 // maxMCPBody bounds one message; the API's body guard is the outer bound.
 const maxMCPBody = 8 << 20
 
-// ServeMCP answers one MCP request.
+// ServeMCP answers one MCP request, a POST: the router answers any other
+// method with 405, which is the specification's answer for a server that
+// offers no stream of its own messages.
 func ServeMCP(w http.ResponseWriter, r *http.Request, b Binding) {
-	if r.Method != http.MethodPost {
-		// No server-initiated stream: the specification's answer is 405.
-		w.Header().Set("Allow", http.MethodPost)
-		http.Error(w, "this MCP server is stateless: POST JSON-RPC messages", http.StatusMethodNotAllowed)
-		return
-	}
 	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(mcpVersions, v) {
 		http.Error(w, fmt.Sprintf("unsupported Mcp-Protocol-Version %q (supported: %s)", v, strings.Join(mcpVersions, ", ")), http.StatusBadRequest)
 		return
