@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // Error codes of the API's error responses.
@@ -18,6 +21,7 @@ const (
 	CodeRequestTimeout   = "request_timeout" // the body did not arrive in time
 	CodeMethodNotAllowed = "method_not_allowed"
 	CodeUnavailable      = "unavailable"
+	CodeLimitExceeded    = "limit_exceeded" // a quota or per-parent limit; see Error.Limit
 	CodeInternal         = "internal"
 )
 
@@ -33,6 +37,10 @@ type Error struct {
 	// job that already finished.
 	JobID     string `json:"job_id,omitempty"`
 	JobStatus string `json:"status,omitempty"`
+	// Limit, Max and Scope name the limit behind a 429 (store.LimitError).
+	Limit string `json:"limit,omitempty"`
+	Max   int64  `json:"max,omitempty"`
+	Scope string `json:"scope,omitempty"`
 	// RetryAfter, in seconds, is sent as Retry-After when set.
 	RetryAfter int `json:"-"`
 }
@@ -50,6 +58,17 @@ func invalid(field, format string, args ...any) *Error {
 
 func jobNotFound(id string) *Error {
 	return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("job %q not found", id)}
+}
+
+// limitError answers a limit that refused work: 429, naming it, with
+// Retry-After (at least a second: a client must not spin).
+func limitError(le *store.LimitError) *Error {
+	retry := int((le.RetryAfter + time.Second - 1) / time.Second)
+	if retry < 1 {
+		retry = 1
+	}
+	return &Error{Status: http.StatusTooManyRequests, Code: CodeLimitExceeded, Limit: le.Limit, Max: le.Max, Scope: le.Scope,
+		RetryAfter: retry, Message: fmt.Sprintf("the %s limit %s (%d) is reached; retry after %d s", le.Scope, le.Limit, le.Max, retry)}
 }
 
 func writeError(w http.ResponseWriter, e *Error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // The handler is layered, outermost first:
@@ -105,7 +106,12 @@ func answer(h handlerFunc) http.Handler {
 // cause only the log sees.
 func fail(w http.ResponseWriter, c *call, err error) {
 	var e *Error
-	if !errors.As(err, &e) {
+	var le *store.LimitError
+	switch {
+	case errors.As(err, &e):
+	case errors.As(err, &le):
+		e = limitError(le)
+	default:
 		c.cause = err
 		e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
 	}
