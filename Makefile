@@ -14,7 +14,7 @@ TESTFLAGS ?= -race -timeout 20m
 
 include lambda.mk
 
-.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench fuzz soak run clean
+.PHONY: build cli plugins sandbox-tools deps proto test vet asl unit bench bench-load fuzz soak run clean
 
 build: cli plugins sandbox-tools
 
@@ -79,7 +79,13 @@ fuzz: deps
 	done
 
 bench: deps build
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./... | tee $(BIN)/bench.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 $$($(GO) list ./... | grep -v /internal/testkit/load) | tee $(BIN)/bench.txt
+
+# The load benchmarks (internal/testkit/load): research jobs 1, 5, 10 and 25
+# at once against the fixture web, and 200 warm session runs at once, on the
+# local stack. Minutes long; not part of make bench or CI.
+bench-load: deps build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m ./internal/testkit/load | tee $(BIN)/bench-load.txt
 
 # The fault soak: N research jobs against a real `sandstep serve` with faults
 # injected at random (phase failures, plugin and server kill -9, provider 5xx

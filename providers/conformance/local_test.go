@@ -44,7 +44,7 @@ func runMain(m *testing.M) int {
 
 // requireBwrap skips (fails under CI) when bubblewrap cannot make a
 // sandbox on this machine: not installed, or no user namespaces.
-func requireBwrap(t *testing.T) {
+func requireBwrap(t testing.TB) {
 	t.Helper()
 	missing := func(format string, args ...any) {
 		t.Helper()
@@ -65,7 +65,7 @@ func requireBwrap(t *testing.T) {
 
 // startLocal starts the local provider through the plugin boundary with its
 // own state directory.
-func startLocal(t *testing.T, fx *conformance.Fixture) *plugin.Client {
+func startLocal(t testing.TB, fx *conformance.Fixture) *plugin.Client {
 	t.Helper()
 	requireBwrap(t)
 	ls := map[string]any{"state_dir": t.TempDir()}

@@ -37,6 +37,10 @@ const (
 	// fdBundle is the CA bundle bwrap copies into the sandbox
 	// (--ro-bind-data), when it has one; bwrap consumes it.
 	fdBundle = 7
+	// fdExecGroups is the directory of the sandbox's cgroup, where the
+	// agent makes a group per exec (see direct.go), when the plugin has
+	// one to give.
+	fdExecGroups = 8
 )
 
 // agentConfig is what the plugin tells the agent at start. It travels over a
@@ -54,6 +58,9 @@ type agentConfig struct {
 	// EgressPort, when set, is where the agent listens on 127.0.0.1 for
 	// the plugin's egress proxy (see network.go).
 	EgressPort int `json:"egress_port,omitempty"`
+	// ExecGroups is the cgroup version of the directory at fdExecGroups,
+	// 0 when there is none.
+	ExecGroups int `json:"exec_groups,omitempty"`
 }
 
 type agent struct {
@@ -65,10 +72,15 @@ type agent struct {
 	lastUse atomic.Int64 // unix nanoseconds
 
 	egress *net.TCPListener // nil without network
+
+	reaper *reaper
+	groups *execGroups // nil: every exec goes through a shim
 }
 
 func runAgent() int {
-	closeInheritedFDs(fdReady, fdListener, fdConfig)
+	closeInheritedFDs(fdReady, fdListener, fdConfig, fdExecGroups)
+	// Before anything opens a descriptor that could take its number.
+	groupsDir := takeDir(fdExecGroups)
 	log := slog.New(logging.NewHandler(os.Stderr, logging.Options{})).With("role", "agent")
 	// The agent is the sandbox's pid 1 (bwrap --as-pid-1): when it ends, the
 	// kernel ends every process in the sandbox, and from inside the
@@ -78,7 +90,8 @@ func runAgent() int {
 	// also keeps a broken stderr pipe (a restarted plugin) from killing it.
 	sigs := make(chan os.Signal, 64)
 	signal.Notify(sigs)
-	go reapOrphans(sigs)
+	reaper := newReaper()
+	go reaper.run(sigs)
 
 	var cfg agentConfig
 	cf := os.NewFile(fdConfig, "config")
@@ -108,7 +121,7 @@ func runAgent() int {
 		return 2
 	}
 
-	a := &agent{cfg: cfg, self: self, log: log}
+	a := &agent{cfg: cfg, self: self, log: log, reaper: reaper, groups: openExecGroups(groupsDir, cfg.ExecGroups)}
 	if cfg.EgressPort > 0 {
 		if a.egress, err = listenEgress(cfg.EgressPort); err != nil {
 			log.Error("egress listener", "err", err)
@@ -191,26 +204,6 @@ func (a *agent) shutdown(reason string) {
 	os.Exit(0)
 }
 
-// reapOrphans reaps every child that ends: the shims, and as pid 1 the
-// processes orphaned when a shim is killed from inside the sandbox.
-// Shims report through their status pipe, so no one waits for them. It
-// reaps on any signal, not only SIGCHLD: signal.Notify drops signals when
-// the channel is full, and the runtime's frequent SIGURG could fill it.
-func reapOrphans(sigs <-chan os.Signal) {
-	for range sigs {
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil || pid <= 0 {
-				break
-			}
-		}
-	}
-}
-
 func (a *agent) handle(conn net.Conn) {
 	defer conn.Close()
 	fr := newFrameReader(conn)
@@ -263,14 +256,14 @@ func (a *agent) handle(conn net.Conn) {
 	}
 }
 
-// shimStatus is what a shim reports on its status pipe when the command's
-// main process has ended.
-type shimStatus struct {
+// execStatus is how an exec's main process ended: what a shim reports on
+// its status pipe, or the agent's own wait status of a command it started.
+type execStatus struct {
 	Status int    `json:"status"`
 	Error  string `json:"error,omitempty"`
 }
 
-// exec runs one command under a fresh shim. It returns nil when the plugin
+// exec runs one command (see startCommand). It returns nil when the plugin
 // went away mid-exec (the tree is killed and there is no one to answer).
 func (a *agent) exec(fr *frameReader, fw *frameWriter, req request) *result {
 	start := time.Now()
@@ -321,8 +314,7 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 	}
 	outR, outW, err1 := pipe()
 	errR, errW, err2 := pipe()
-	statusR, statusW, err3 := pipe()
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		return fail(providers.ResourceExhausted, "pipes: %v", err)
 	}
 	var stdinR, stdinW *os.File
@@ -339,47 +331,26 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 		files = append(files, stdinR)
 	}
 
-	args := append([]string{"sandstep-shim", roleShim, cwd, a.cfg.Limits.String(), "--"}, req.Argv...)
-	cmd := &exec.Cmd{
-		Path:        a.self,
-		Args:        args,
-		Env:         mergeEnv(a.cfg.Env, req.Env),
-		Stdin:       stdinR,
-		Stdout:      outW,
-		Stderr:      errW,
-		ExtraFiles:  []*os.File{statusW},
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
-	startErr := cmd.Start()
-	// Only the shim and its descendants may hold the write ends, or EOF
+	env := mergeEnv(a.cfg.Env, req.Env)
+	proc, err := a.startCommand(req.Argv, cwd, env, stdinR, outW, errW)
+	// Only the command and its descendants may hold the write ends, or EOF
 	// would never come.
 	outW.Close()
 	errW.Close()
-	statusW.Close()
 	stdinR.Close()
-	if startErr != nil {
+	if err != nil {
 		code := providers.Internal
-		if errors.Is(startErr, syscall.EAGAIN) {
+		if errors.Is(err, syscall.EAGAIN) {
 			code = providers.ResourceExhausted
 		}
-		return fail(code, "starting command: %v", startErr)
+		return fail(code, "starting command: %v", err)
 	}
-	// cmd.Wait is never called: reapOrphans reaps the shim when it ends,
-	// which is when the last of its background descendants has.
 
 	files = slices.DeleteFunc(files, func(f *os.File) bool { return f == outR || f == errR })
 	fwd := &forwarder{fw: fw, on: true}
 	outDone, errDone := make(chan struct{}), make(chan struct{})
 	go fwd.pump(outR, frameStdout, outDone)
 	go fwd.pump(errR, frameStderr, errDone)
-	statusCh := make(chan shimStatus, 1)
-	go func() {
-		var st shimStatus
-		if err := json.NewDecoder(statusR).Decode(&st); err != nil {
-			st = shimStatus{Status: -1, Error: "the exec's supervisor was killed before the command ended (by a process in the sandbox?)"}
-		}
-		statusCh <- st
-	}()
 
 	var closeStdinOnce sync.Once
 	closeStdin := func() {
@@ -412,19 +383,21 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	var st shimStatus
+	var st execStatus
 	timedOut := false
 	select {
-	case st = <-statusCh:
+	case st = <-proc.status:
 	case <-timer.C:
 		timedOut = true
-		st = a.killTree(cmd.Process, statusCh)
+		st = proc.kill()
 	case <-clientGone:
-		a.killTree(cmd.Process, statusCh)
+		proc.kill()
 		closeStdin()
+		proc.done()
 		return nil
 	}
 	closeStdin()
+	proc.done()
 
 	// What the command wrote before it ended is in the pipes already; wait
 	// for EOF, but only briefly when background processes hold the pipes.
@@ -450,9 +423,140 @@ func (a *agent) runExec(fr *frameReader, fw *frameWriter, req request) *result {
 	return res
 }
 
+// running is a started exec: the status of its main process, a way to
+// end all of its processes, and what to do once it is over.
+type running struct {
+	status <-chan execStatus
+	// kill ends every process of the exec and returns the main one's
+	// status.
+	kill func() execStatus
+	// done lets go of the exec's resources; background processes it left
+	// keep running.
+	done func()
+}
+
+// startCommand starts argv in the agent's exec fast path (see direct.go)
+// or, where that is not available, under a fresh shim.
+func (a *agent) startCommand(argv []string, cwd string, env []string, stdin, stdout, stderr *os.File) (*running, error) {
+	g, err := a.groups.make()
+	if err != nil {
+		a.log.Warn("exec groups unavailable; execs go through the shim", "err", err)
+		a.groups.off.Store(true)
+	}
+	if g != nil {
+		r, err := a.startDirect(g, argv, cwd, env, stdin, stdout, stderr)
+		if err == nil {
+			return r, nil
+		}
+		g.release()
+		var oerr errOOMAdj
+		if !errors.As(err, &oerr) {
+			// Not this command's doing: the next one would fail alike.
+			a.log.Warn("exec fast path failed; execs go through the shim", "err", err)
+			a.groups.off.Store(true)
+		}
+	}
+	return a.startShim(argv, cwd, env, stdin, stdout, stderr)
+}
+
+// startDirect starts the command from the agent itself. A command that
+// cannot be run is reported as a shell would, on its stderr with status
+// 127 (not found) or 126; other errors send the exec to the shim.
+func (a *agent) startDirect(g *execGroup, argv []string, cwd string, env []string, stdin, stdout, stderr *os.File) (*running, error) {
+	statusCh := make(chan execStatus, 1)
+	r := &running{
+		status: statusCh,
+		done:   g.release,
+	}
+	path, err := lookPath(argv[0], envValue(env, "PATH"))
+	var waits <-chan unix.WaitStatus
+	if err == nil {
+		waits, err = a.reaper.start(g, a.cfg.Limits, path, argv, &syscall.ProcAttr{
+			Dir:   cwd,
+			Env:   env,
+			Files: []uintptr{stdin.Fd(), stdout.Fd(), stderr.Fd()},
+			Sys:   &syscall.SysProcAttr{Setsid: true},
+		})
+	}
+	var errno syscall.Errno
+	if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.As(err, &errno) {
+		return nil, err
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "sandstep: %s: %v\n", argv[0], err)
+		code := 126
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		statusCh <- execStatus{Status: code << 8}
+		r.kill = func() execStatus { return execStatus{Status: code << 8} }
+		return r, nil
+	}
+	go func() { statusCh <- execStatus{Status: int(<-waits)} }()
+	r.kill = func() execStatus {
+		if !g.kill(10 * time.Second) {
+			a.log.Warn("the processes of an exec outlived the kill", "group", g.name)
+		}
+		return <-statusCh
+	}
+	return r, nil
+}
+
+// startShim starts the command under a shim: the agent's binary again, as
+// the subreaper of the command's process tree (see shim.go).
+func (a *agent) startShim(argv []string, cwd string, env []string, stdin, stdout, stderr *os.File) (*running, error) {
+	// The shim reports the command's status on this pipe.
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statusW.Close()
+	args := append([]string{"sandstep-shim", roleShim, cwd, a.cfg.Limits.String(), "--"}, argv...)
+	cmd := &exec.Cmd{
+		Path:        a.self,
+		Args:        args,
+		Env:         env,
+		Stdin:       stdin,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		ExtraFiles:  []*os.File{statusW},
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+	}
+	if err := cmd.Start(); err != nil {
+		statusR.Close()
+		return nil, err
+	}
+	// cmd.Wait is never called: the reaper reaps the shim when it ends,
+	// which is when the last of its background descendants has.
+	statusCh := make(chan execStatus, 1)
+	go func() {
+		defer statusR.Close()
+		var st execStatus
+		if err := json.NewDecoder(statusR).Decode(&st); err != nil {
+			st = execStatus{Status: -1, Error: "the exec's supervisor was killed before the command ended (by a process in the sandbox?)"}
+		}
+		statusCh <- st
+	}()
+	return &running{
+		status: statusCh,
+		kill:   func() execStatus { return a.killTree(cmd.Process, statusCh) },
+		done:   func() {},
+	}, nil
+}
+
+// envValue returns the value of key in env.
+func envValue(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
 // killTree asks the shim to kill every process of the exec and returns the
 // main process's status. A shim that does not answer is killed itself.
-func (a *agent) killTree(shim *os.Process, statusCh <-chan shimStatus) shimStatus {
+func (a *agent) killTree(shim *os.Process, statusCh <-chan execStatus) execStatus {
 	_ = shim.Signal(syscall.SIGTERM)
 	t := time.NewTimer(10 * time.Second)
 	defer t.Stop()
@@ -462,7 +566,7 @@ func (a *agent) killTree(shim *os.Process, statusCh <-chan shimStatus) shimStatu
 	case <-t.C:
 		a.log.Warn("exec supervisor did not stop; killing it", "pid", shim.Pid)
 		_ = shim.Kill()
-		return shimStatus{Status: int(syscall.SIGKILL)}
+		return execStatus{Status: int(syscall.SIGKILL)}
 	}
 }
 

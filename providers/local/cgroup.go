@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,6 +42,10 @@ type cgroupHost struct {
 	// swap says whether swap can be capped along with memory (v1
 	// memory.memsw.*, v2 memory.swap.max).
 	swap bool
+	// cloneInto says whether a process can be started inside a v2 group
+	// (clone3 with CLONE_INTO_CGROUP), which the agent's exec groups need
+	// there (see openExecDir).
+	cloneInto bool
 	// why says what is missing when a controller is.
 	why string
 }
@@ -180,21 +186,72 @@ func (cg *sandboxCgroup) remove() error {
 	}
 	var errs []error
 	for _, dir := range cg.dirs() {
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			err := unix.Rmdir(dir)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
+		// The agent's exec groups first (see direct.go).
+		if entries, err := os.ReadDir(dir); err == nil {
+			for _, e := range entries {
+				if e.IsDir() {
+					if err := rmdirCgroup(filepath.Join(dir, e.Name())); err != nil {
+						errs = append(errs, err)
+					}
+				}
 			}
-			if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			errs = append(errs, fmt.Errorf("removing cgroup %s: %w", dir, err))
-			break
+		}
+		if err := rmdirCgroup(dir); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rmdirCgroup removes a group, trying a busy one again for a moment.
+func rmdirCgroup(dir string) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if errors.Is(err, unix.EBUSY) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		return fmt.Errorf("removing cgroup %s: %w", dir, err)
+	}
+}
+
+// execDir is the group the agent makes its exec groups in: one hierarchy
+// is enough to tell an exec's processes apart, and pids is the cheapest.
+func (cg *sandboxCgroup) execDir() string {
+	if cg == nil {
+		return ""
+	}
+	for _, d := range []string{cg.Pids, cg.Memory, cg.CPU} {
+		if d != "" {
+			return d
+		}
+	}
+	return ""
+}
+
+// openExecDir hands the sandbox's uid what the agent needs to make exec
+// groups below dir (the directory, and on v2 the cgroup.procs that moving a
+// process between two of them is checked against) and opens it for the
+// agent. The limits' files stay root's, so the sandbox cannot raise them,
+// nor can it enable controllers for its groups. The sandbox has no cgroup
+// file system of its own; only the agent holds the descriptor.
+func (cg *sandboxCgroup) openExecDir(uid int, chown bool) (*os.File, error) {
+	dir := cg.execDir()
+	if dir == "" {
+		return nil, nil
+	}
+	if chown {
+		for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs")} {
+			if err := os.Chown(p, uid, uid); err != nil {
+				return nil, fmt.Errorf("handing %s to the sandbox: %w", p, err)
+			}
+		}
+	}
+	return os.Open(dir)
 }
 
 // oomKills returns how many processes of the group the OOM killer has
@@ -387,7 +444,7 @@ func detectV2(mounts []mountEntry, paths map[string]string, probe string) (cgrou
 		h.cpu = dir
 	}
 	var err error
-	if h.swap, err = h.probe(probe); err != nil {
+	if h.swap, h.cloneInto, err = h.probe(probe); err != nil {
 		return cgroupHost{}, fmt.Sprintf("cgroup v2 at %s delegates memory and pids but is not writable here (%v)", dir, err)
 	}
 	return h, ""
@@ -489,17 +546,31 @@ func detectV1(mounts []mountEntry, paths map[string]string, probe string) (cgrou
 
 // probe makes and removes a group with limits, to prove the place works,
 // and says whether swap can be capped there.
-func (h cgroupHost) probe(name string) (swap bool, err error) {
+func (h cgroupHost) probe(name string) (swap, cloneInto bool, err error) {
 	cg := h.groupFor(name)
 	err = h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16})
 	if err == nil {
 		_, serr := os.Stat(filepath.Join(cg.Memory, "memory.swap.max"))
 		swap = serr == nil
+		cloneInto = startsInside(cg.Pids)
 	}
 	if rerr := cg.remove(); err == nil {
 		err = rerr
 	}
-	return swap, err
+	return swap, cloneInto, err
+}
+
+// startsInside reports whether a process can be started inside the v2
+// group dir.
+func startsInside(dir string) bool {
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd())}
+	return cmd.Run() == nil
 }
 
 func probeV1(dir, name, file string) error {

@@ -201,8 +201,11 @@ func countProcs(e *testEnv, id, pattern string) int {
 	return n
 }
 
-func TestExecTimeoutKillsWholeTree(t *testing.T) {
+func TestExecTimeoutKillsWholeTree(t *testing.T) { execPaths(t, testExecTimeoutKillsWholeTree) }
+
+func testExecTimeoutKillsWholeTree(t *testing.T, shim bool) {
 	e := newEnv(t, nil)
+	e.p.noExecGroups = shim
 	sb := e.create(providers.CreateSpec{})
 	// A plain child, a double-forked grandchild in its own session and a
 	// nohup'd one, all outliving the main process's timeout.
@@ -231,8 +234,11 @@ echo started; sleep 4200`
 	}
 }
 
-func TestBackgroundProcessOutlivesExec(t *testing.T) {
+func TestBackgroundProcessOutlivesExec(t *testing.T) { execPaths(t, testBackgroundProcessOutlivesExec) }
+
+func testBackgroundProcessOutlivesExec(t *testing.T, shim bool) {
 	e := newEnv(t, nil)
+	e.p.noExecGroups = shim
 	sb := e.create(providers.CreateSpec{})
 	// The deep-research pattern: start a worker in the background, return,
 	// poll its output file from later execs.
@@ -272,8 +278,11 @@ echo ok`, Timeout: 10 * time.Second})
 	}
 }
 
-func TestExecContextCancelKillsCommand(t *testing.T) {
+func TestExecContextCancelKillsCommand(t *testing.T) { execPaths(t, testExecContextCancelKillsCommand) }
+
+func testExecContextCancelKillsCommand(t *testing.T, shim bool) {
 	e := newEnv(t, nil)
+	e.p.noExecGroups = shim
 	sb := e.create(providers.CreateSpec{})
 	ctx, cancel := context.WithCancel(e.ctx)
 	out := &syncWriter{onWrite: func(s string) {

@@ -253,7 +253,9 @@ func TestConfigure(t *testing.T) {
 	}
 }
 
-func TestRlimits(t *testing.T) {
+func TestRlimits(t *testing.T) { execPaths(t, testRlimits) }
+
+func testRlimits(t *testing.T, shim bool) {
 	e := newEnv(t, func(ls *Settings) {
 		ls.MaxCPUSeconds = 7
 		ls.MaxAddressSpaceMB = 2048
@@ -261,6 +263,7 @@ func TestRlimits(t *testing.T) {
 		ls.MaxFileSizeMB = 1
 		ls.MaxProcesses = 50
 	})
+	e.p.noExecGroups = shim
 	sb := e.create(providers.CreateSpec{})
 	if out := e.sh(sb.ID, "bash -c 'echo $(ulimit -t) $(ulimit -v) $(ulimit -n) $(ulimit -f) $(ulimit -u)'"); out != "7 2097152 100 1024 50\n" {
 		t.Errorf("limits in the sandbox: %q", out)

@@ -99,6 +99,10 @@ const (
 type Provider struct {
 	log *slog.Logger
 
+	// noExecGroups sends every exec through the shim, as on a host
+	// without cgroups (tests of that path set it).
+	noExecGroups bool
+
 	mu         sync.Mutex // guards the configuration below
 	configured bool
 	s          settings

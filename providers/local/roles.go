@@ -10,10 +10,11 @@ import (
 )
 
 // The provider binary plays three roles besides the plugin. bwrap runs it,
-// bound read-only at agentPath, as roleAgent; the agent
-// re-executes itself as roleShim, one per exec: the subreaper that owns the
-// command's process tree. roleProbe checks at Configure that the binary runs
-// inside a sandbox at all.
+// bound read-only at agentPath, as roleAgent. The agent starts commands
+// itself, each in a cgroup of its own (direct.go); where it has no cgroup to
+// make them in, it re-executes itself as roleShim, one per exec: the
+// subreaper that owns the command's process tree. roleProbe checks at
+// Configure that the binary runs inside a sandbox at all.
 const (
 	roleAgent = "__sandstep_agent"
 	roleShim  = "__sandstep_shim"

@@ -594,6 +594,17 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		return nil, providers.Wrap(providers.ResourceExhausted, op, err)
 	}
 
+	var groups *os.File
+	// On cgroup v2, bwrap must start inside the group (below).
+	if !p.noExecGroups && (rec.Cgroup == nil || rec.Cgroup.Version != 2 || s.cgroups.cloneInto) {
+		if groups, err = rec.Cgroup.openExecDir(uid, s.isRoot); err != nil {
+			return nil, providers.Wrap(providers.Internal, op, err)
+		}
+	}
+	if groups != nil {
+		toClose = append(toClose, groups)
+	}
+
 	limits := s.limits
 	cfg := agentConfig{
 		ID:          rec.ID,
@@ -606,13 +617,20 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		ExecTimeout: p.execTimeout(0),
 		EgressPort:  nw.port(),
 	}
+	if groups != nil {
+		cfg.ExecGroups = rec.Cgroup.Version
+	}
 	// Not the request's ctx: the sandbox outlives the call that made it.
 	cmd := exec.Command(s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + homePath}
 	cmd.Stderr = errW
-	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR}
-	if bundle != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, bundle)
+	// Each at its fd* number; a nil entry leaves its number closed.
+	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR, bundle, groups}
+	if groups != nil && rec.Cgroup.Version == 2 {
+		// Started inside its group, the sandbox's cgroup namespace has the
+		// group for its root, as moving processes into the agent's exec
+		// groups requires (cgroup v2 checks both ends against it).
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(groups.Fd())}
 	}
 	err = st.start(cmd, uid)
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 // args: cwd limits -- argv...
 func runShim(args []string) int {
 	status := os.NewFile(3, "status")
-	report := func(st shimStatus) {
+	report := func(st execStatus) {
 		if status == nil {
 			return
 		}
@@ -35,18 +35,18 @@ func runShim(args []string) int {
 		status = nil
 	}
 	if len(args) < 4 || args[2] != "--" {
-		report(shimStatus{Status: -1, Error: "bad shim arguments"})
+		report(execStatus{Status: -1, Error: "bad shim arguments"})
 		return 1
 	}
 	cwd, argv := args[0], args[3:]
 	lim, err := parseRlimits(args[1])
 	if err != nil {
-		report(shimStatus{Status: -1, Error: err.Error()})
+		report(execStatus{Status: -1, Error: err.Error()})
 		return 1
 	}
 	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		report(shimStatus{Status: -1, Error: fmt.Sprintf("prctl subreaper: %v", err)})
+		report(execStatus{Status: -1, Error: fmt.Sprintf("prctl subreaper: %v", err)})
 		return 1
 	}
 	term := make(chan os.Signal, 1)
@@ -60,7 +60,7 @@ func runShim(args []string) int {
 		if errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		report(shimStatus{Status: code << 8})
+		report(execStatus{Status: code << 8})
 		return 0
 	}
 	// Let go of the command's stdio so that EOF depends on its processes only.
@@ -93,10 +93,10 @@ func runShim(args []string) int {
 			break // ECHILD: the tree is gone
 		}
 		if p == pid {
-			report(shimStatus{Status: int(ws)})
+			report(execStatus{Status: int(ws)})
 		}
 	}
-	report(shimStatus{Status: -1, Error: "the command's process vanished"})
+	report(execStatus{Status: -1, Error: "the command's process vanished"})
 	return 0
 }
 
@@ -121,53 +121,73 @@ func startLimited(cwd string, lim rlimits, argv []string) (int, error) {
 	// ptrace requests must come from the thread that started the tracee.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	attr := &syscall.ProcAttr{Dir: cwd, Env: os.Environ(), Files: []uintptr{0, 1, 2}}
 	for attempt := 0; ; attempt++ {
-		pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-			Dir:   cwd,
-			Env:   os.Environ(),
-			Files: []uintptr{0, 1, 2},
-			Sys:   &syscall.SysProcAttr{Ptrace: true},
+		pid, err := startTraced(path, argv, attr, func(pid int) error {
+			if err := oomFirst(pid); err != nil {
+				return errOOMAdj{err}
+			}
+			return lim.apply(pid)
 		})
-		if err != nil {
-			return 0, err
-		}
-		abandon := func(err error) (int, error) {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			var ws unix.WaitStatus
-			_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
-			return 0, err
-		}
-		var ws unix.WaitStatus
-		for {
-			_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
-			if !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		if err != nil || !ws.Stopped() {
-			return abandon(fmt.Errorf("the command did not stop after exec (%v, status %#x)", err, int(ws)))
-		}
-		if err := oomFirst(pid); err != nil {
-			if attempt > 0 {
-				return abandon(err)
-			}
+		var oerr errOOMAdj
+		if errors.As(err, &oerr) && attempt == 0 {
 			// An executable the sandbox user may not read leaves the
 			// process's /proc files to root. The shim then puts itself
 			// first in line, and starts the command again to inherit it.
-			_, _ = abandon(err)
 			if err := os.WriteFile("/proc/self/oom_score_adj", []byte(oomFirstAdj), 0); err != nil {
 				return 0, fmt.Errorf("oom_score_adj: %w", err)
 			}
 			continue
 		}
-		if err := lim.apply(pid); err != nil {
-			return abandon(err)
-		}
-		if err := unix.PtraceDetach(pid); err != nil {
-			return abandon(fmt.Errorf("ptrace detach: %w", err))
-		}
-		return pid, nil
+		return pid, err
 	}
+}
+
+// errOOMAdj is a command's oom_score_adj that could not be raised.
+type errOOMAdj struct{ err error }
+
+func (e errOOMAdj) Error() string { return e.err.Error() }
+func (e errOOMAdj) Unwrap() error { return e.err }
+
+// startTraced starts path traced, so that it stops right after its execve,
+// runs prepare on the stopped process and only then lets it run. A failed
+// prepare kills it. The caller holds its OS thread locked: ptrace requests
+// must come from the thread that started the tracee.
+func startTraced(path string, argv []string, attr *syscall.ProcAttr, prepare func(pid int) error) (int, error) {
+	a := *attr
+	sys := syscall.SysProcAttr{}
+	if a.Sys != nil {
+		sys = *a.Sys
+	}
+	sys.Ptrace = true
+	a.Sys = &sys
+	pid, err := syscall.ForkExec(path, argv, &a)
+	if err != nil {
+		return 0, err
+	}
+	abandon := func(err error) (int, error) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+		return 0, err
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err = unix.Wait4(pid, &ws, unix.WALL, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil || !ws.Stopped() {
+		return abandon(fmt.Errorf("the command did not stop after exec (%v, status %#x)", err, int(ws)))
+	}
+	if err := prepare(pid); err != nil {
+		return abandon(err)
+	}
+	if err := unix.PtraceDetach(pid); err != nil {
+		return abandon(fmt.Errorf("ptrace detach: %w", err))
+	}
+	return pid, nil
 }
 
 // oomFirstAdj is the oom_score_adj of every command: the highest, so that

@@ -195,6 +195,7 @@ type runBody struct {
 	Code           *string  `json:"code"`
 	Language       string   `json:"language"`
 	TimeoutSeconds *float64 `json:"timeout_seconds"`
+	Stateful       bool     `json:"stateful"`
 }
 
 type runView struct {
@@ -202,6 +203,7 @@ type runView struct {
 	SessionID  string             `json:"session_id"`
 	Status     sessions.RunStatus `json:"status"`
 	Language   string             `json:"language"`
+	Stateful   bool               `json:"stateful,omitempty"`
 	CreatedAt  time.Time          `json:"created_at"`
 	FinishedAt *time.Time         `json:"finished_at,omitempty"`
 	*sessions.Result
@@ -216,7 +218,7 @@ type runLinks struct {
 func viewRun(run sessions.Run) runView {
 	session := "/v1/sessions/" + run.SessionID
 	v := runView{
-		RunID: run.ID, SessionID: run.SessionID, Status: run.Status, Language: run.Language,
+		RunID: run.ID, SessionID: run.SessionID, Status: run.Status, Language: run.Language, Stateful: run.Stateful,
 		CreatedAt: run.CreatedAt, Result: run.Result,
 		Links: runLinks{Self: session + "/runs/" + run.ID, Session: session},
 	}
@@ -245,7 +247,7 @@ func decodeRun(w http.ResponseWriter, r *http.Request) (sessions.RunRequest, err
 	case err != nil:
 		return sessions.RunRequest{}, decodeError(err)
 	}
-	req := sessions.RunRequest{Language: body.Language}
+	req := sessions.RunRequest{Language: body.Language, Stateful: body.Stateful}
 	if body.Code != nil {
 		req.Code = *body.Code
 	}

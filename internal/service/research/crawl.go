@@ -108,7 +108,11 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 	// period it is stopped from here (it writes what it has on SIGTERM).
 	hardStop := started.Add(b.Duration + time.Minute)
 	offset := in.Offset
+	// The first reads come soon and the wait doubles up to the poll
+	// interval: a short crawl (a few pages) is over in milliseconds, and
+	// a fixed first wait made up half of such a job's time.
 	poll := r.p.pollInterval()
+	wait := min(firstPoll, poll)
 	stopped, restarted := false, false
 	for {
 		if offset, err = r.readProgress(in.SandboxID, offset); err != nil {
@@ -150,8 +154,9 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 				return CrawlOutput{}, cerr
 			}
 			return CrawlOutput{}, r.ctx.Err()
-		case <-time.After(poll):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, poll)
 	}
 	if offset, err = r.readProgress(in.SandboxID, offset); err != nil {
 		return CrawlOutput{}, err
@@ -169,6 +174,9 @@ func (p *Phases) crawlSlice() time.Duration {
 	}
 	return 10 * time.Minute
 }
+
+// firstPoll is the crawl phase's first wait for the crawler's progress.
+const firstPoll = 20 * time.Millisecond
 
 func (p *Phases) pollInterval() time.Duration {
 	if p.PollInterval > 0 {

@@ -211,6 +211,8 @@ type verdict struct {
 	Error     *string         `json:"error"`
 	Truncated bool            `json:"truncated"`
 	Result    json.RawMessage `json:"result"`
+	// Interpreter is set by a stateful run's interpreter.
+	Interpreter *Interpreter `json:"interpreter"`
 }
 
 // splitVerdict finds the runner's result line at the end of stdout and

@@ -23,11 +23,13 @@ const (
 
 // Run is one run of code in a session.
 type Run struct {
-	ID         string
-	Tenant     string
-	SessionID  string
-	Status     RunStatus
-	Language   string
+	ID        string
+	Tenant    string
+	SessionID string
+	Status    RunStatus
+	Language  string
+	// Stateful runs in the session's long-lived interpreter.
+	Stateful   bool
 	Timeout    time.Duration
 	CreatedAt  time.Time
 	FinishedAt time.Time
@@ -55,6 +57,9 @@ type Result struct {
 	StdoutTruncated bool `json:"stdout_truncated,omitempty"`
 	StderrTruncated bool `json:"stderr_truncated,omitempty"`
 	ResultTruncated bool `json:"result_truncated,omitempty"`
+	// Interpreter is there for a stateful run that reached its
+	// interpreter.
+	Interpreter *Interpreter `json:"interpreter,omitempty"`
 }
 
 // Event is something that happened to a session that its client should
@@ -93,7 +98,7 @@ type event struct {
 func runRecord(run Run) (store.SessionRun, error) {
 	rec := store.SessionRun{
 		ID: run.ID, Tenant: run.Tenant, SessionID: run.SessionID, Status: run.Status, Language: run.Language,
-		Timeout: run.Timeout, CreatedAt: run.CreatedAt, FinishedAt: run.FinishedAt, Code: run.Code,
+		Stateful: run.Stateful, Timeout: run.Timeout, CreatedAt: run.CreatedAt, FinishedAt: run.FinishedAt, Code: run.Code,
 	}
 	if run.Result != nil {
 		b, err := json.Marshal(run.Result)
@@ -133,7 +138,7 @@ func (s *Service) getRun(ctx context.Context, key, runID string) (Run, error) {
 		return Run{}, err
 	}
 	run := Run{
-		ID: rec.ID, Tenant: rec.Tenant, SessionID: rec.SessionID, Status: rec.Status, Language: rec.Language,
+		ID: rec.ID, Tenant: rec.Tenant, SessionID: rec.SessionID, Status: rec.Status, Language: rec.Language, Stateful: rec.Stateful,
 		Timeout: rec.Timeout, CreatedAt: rec.CreatedAt, FinishedAt: rec.FinishedAt, Code: rec.Code,
 	}
 	if len(rec.Result) > 0 {

@@ -130,6 +130,9 @@ func result(language, mark string, stdout, stderr *capture, res providers.ExecRe
 	out.Stdout, out.StdoutTruncated = text(outBytes, outTotal, r)
 	out.Stderr, out.StderrTruncated = text(stderr.head, stderr.total, r)
 
+	if found {
+		out.Interpreter = v.Interpreter
+	}
 	switch {
 	case res.TimedOut:
 		out.Error = ptr("the run timed out after " + res.Duration.Round(time.Millisecond).String())
@@ -147,6 +150,7 @@ func result(language, mark string, stdout, stderr *capture, res providers.ExecRe
 			out.Result, out.ResultTruncated = capJSON(r.JSON(v.Result))
 			out.ResultTruncated = out.ResultTruncated || v.Truncated
 		}
+
 	case res.Signal != "":
 		out.Error = ptr("the code was killed by " + res.Signal)
 	case res.ExitCode == 0:

@@ -103,9 +103,18 @@ func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code
 		}
 		mark := newMark()
 		stdout, stderr := newCaptures(s.redact)
-		req := execRequest(run.Language, code, mark, s.runEnv(), run.Timeout)
+		newRequest := execRequest
+		if run.Stateful {
+			newRequest = statefulRequest
+		}
+		req := newRequest(run.Language, code, mark, s.runEnv(), run.Timeout)
 		req.Stdout, req.Stderr = stdout, stderr
 		res, err := s.prov.Exec(ctx, sbID, req)
+		if run.Stateful && err == nil {
+			if why := lostReason(res, run.Timeout); why != "" {
+				s.endInterpreter(ctx, sbID, run.Language, why)
+			}
+		}
 		if providers.IsNotFound(err) && attempt == 0 {
 			// The sandbox is gone (its lifetime or idle timeout ended at
 			// the provider); the code did not start. Start another.

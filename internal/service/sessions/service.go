@@ -461,6 +461,9 @@ type RunRequest struct {
 	Language string
 	// Timeout of the code; 0 means [sessions] timeout_seconds.
 	Timeout time.Duration
+	// Stateful runs Python, JavaScript or TypeScript in the session's
+	// long-lived interpreter (stateful.go).
+	Stateful bool
 }
 
 // Validate checks a request and fills the default timeout.
@@ -474,6 +477,8 @@ func (s *Service) Validate(req *RunRequest) error {
 		return invalid("language", "language is required: one of %v", Languages)
 	case !validLanguage(req.Language):
 		return invalid("language", "language %q is not one of %v", req.Language, Languages)
+	case req.Stateful && !statefulLanguage(req.Language):
+		return invalid("stateful", "stateful runs are for %s, %s and %s; %s runs are stateless", LangPython, LangJavaScript, LangTypeScript, req.Language)
 	case req.Timeout < 0 || req.Timeout > s.cfg.MaxTimeout():
 		return invalid("timeout_seconds", "timeout_seconds must be from 1 to %d", s.cfg.MaxTimeoutSeconds)
 	}
@@ -499,7 +504,7 @@ func (s *Service) Run(ctx context.Context, tenant, id string, req RunRequest) (R
 	}
 	key := ids.SessionKey(tenant, id)
 	now := time.Now()
-	run := Run{ID: ids.New(now), Tenant: tenant, SessionID: id, Status: RunRunning, Language: req.Language, Timeout: req.Timeout, CreatedAt: now}
+	run := Run{ID: ids.New(now), Tenant: tenant, SessionID: id, Status: RunRunning, Language: req.Language, Stateful: req.Stateful, Timeout: req.Timeout, CreatedAt: now}
 	if s.launcher != nil {
 		return s.launch(ctx, key, run, req.Code)
 	}

@@ -51,6 +51,8 @@ type SessionRun struct {
 	SessionID string // the client's id of the session
 	Status    RunStatus
 	Language  string
+	// Stateful runs in the session's long-lived interpreter.
+	Stateful  bool
 	Timeout   time.Duration
 	CreatedAt time.Time
 	// FinishedAt and Result are set once the run ended. Result is JSON in
@@ -72,6 +74,9 @@ func runItem(key string, run SessionRun) map[string]types.AttributeValue {
 	item["run_id"] = avS(run.ID)
 	item["status"] = avS(string(run.Status))
 	item["language"] = avS(run.Language)
+	if run.Stateful {
+		item["stateful"] = avBool(true)
+	}
 	item["timeout_ms"] = avN(run.Timeout.Milliseconds())
 	item["created_at"] = avTime(run.CreatedAt)
 	return item
@@ -138,6 +143,7 @@ func runFromItem(it map[string]types.AttributeValue) SessionRun {
 		SessionID:  getS(it, "session"),
 		Status:     RunStatus(getS(it, "status")),
 		Language:   getS(it, "language"),
+		Stateful:   getBool(it, "stateful"),
 		Timeout:    time.Duration(getN(it, "timeout_ms")) * time.Millisecond,
 		CreatedAt:  getTime(it, "created_at"),
 		FinishedAt: getTime(it, "finished_at"),

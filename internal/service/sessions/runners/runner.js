@@ -4,11 +4,17 @@
 // the code in the global scope, like a REPL, so that the value of the last
 // expression is the result, and after the code's own output writes one
 // line: "\n" + SANDSTEP_MARK + {"ok","error","truncated","result"}.
+//
+// With SANDSTEP_KERNEL set it is a session's stateful interpreter
+// (sandstep-kernel): it runs one piece of code after another in the same
+// global scope, as stateful.go describes.
 (async () => {
   const env = process.env;
-  const mark = env.SANDSTEP_MARK || "";
+  let mark = env.SANDSTEP_MARK || "";
   const lang = env.SANDSTEP_LANG || "javascript";
   const maxResult = Number(env.SANDSTEP_MAX_RESULT) || 65536;
+  const kernel = env.SANDSTEP_KERNEL || "";
+  delete env.SANDSTEP_KERNEL;
   delete env.SANDSTEP_MARK;
   delete env.SANDSTEP_LANG;
   delete env.SANDSTEP_MAX_RESULT;
@@ -154,40 +160,102 @@
     return s === undefined ? null : s;
   }
 
-  const code = fs.readFileSync(0, "utf8");
-  let value;
-  try {
-    if (lang === "typescript") {
-      if (typeof nodeModule.stripTypeScriptTypes !== "function") {
-        throw new Error("typescript runs on Deno 2, which this sandbox lacks. Send the code as javascript instead.");
+  // execute runs code, writes the verdict line with write and returns
+  // the exit status.
+  async function execute(code, write, extra) {
+    failure = null;
+    let value;
+    try {
+      if (lang === "typescript") {
+        if (typeof nodeModule.stripTypeScriptTypes !== "function") {
+          throw new Error("typescript runs on Deno 2, which this sandbox lacks. Send the code as javascript instead.");
+        }
+        // Types erased (in place, so that errors point at the right line),
+        // or, for enums and namespaces, turned into JavaScript; then run
+        // like JavaScript: the last expression is the result.
+        let js;
+        try {
+          js = nodeModule.stripTypeScriptTypes(code);
+        } catch (e) {
+          if (e.code !== "ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX") throw e;
+          js = nodeModule.stripTypeScriptTypes(code, { mode: "transform" });
+        }
+        value = await runScript(js);
+      } else {
+        value = await runScript(code);
       }
-      // Types erased (in place, so that errors point at the right line),
-      // or, for enums and namespaces, turned into JavaScript; then run like
-      // JavaScript: the last expression is the result.
-      let js;
-      try {
-        js = nodeModule.stripTypeScriptTypes(code);
-      } catch (e) {
-        if (e.code !== "ERR_UNSUPPORTED_TYPESCRIPT_SYNTAX") throw e;
-        js = nodeModule.stripTypeScriptTypes(code, { mode: "transform" });
-      }
-      value = await runScript(js);
-    } else {
-      value = await runScript(code);
+    } catch (e) {
+      fail(e);
     }
-  } catch (e) {
-    fail(e);
+    // Let a rejection the code left unhandled surface before the verdict.
+    await new Promise((resolve) => setImmediate(resolve));
+    const ok = failure === null;
+    let result = ok ? encode(value) : null;
+    let truncated = false;
+    if (result !== null && Buffer.byteLength(result) > maxResult) {
+      result = JSON.stringify(result.slice(0, maxResult));
+      truncated = true;
+    }
+    const meta = JSON.stringify({ ok, error: failure, truncated, ...extra });
+    await write("\n" + mark + meta.slice(0, -1) + ',"result":' + (result === null ? "null" : result) + "}\n");
+    return ok ? 0 : 1;
   }
-  // Let a rejection the code left unhandled surface before the verdict.
-  await new Promise((resolve) => setImmediate(resolve));
-  const ok = failure === null;
-  let result = ok ? encode(value) : null;
-  let truncated = false;
-  if (result !== null && Buffer.byteLength(result) > maxResult) {
-    result = JSON.stringify(result.slice(0, maxResult));
-    truncated = true;
+
+  if (!kernel) {
+    const status = await execute(fs.readFileSync(0, "utf8"), (line) => new Promise((resolve) => process.stdout.write(line, resolve)));
+    process.exit(status);
   }
-  const meta = JSON.stringify({ ok, error: failure, truncated });
-  const line = "\n" + mark + meta.slice(0, -1) + ',"result":' + (result === null ? "null" : result) + "}\n";
-  process.stdout.write(line, () => process.exit(ok ? 0 : 1));
+
+  // The stateful interpreter (see stateful.go): a request comes as one
+  // line on the FIFO ctl, "<client pid> <mark> <started 0|1> <why state
+  // was lost>". The code is the client's standard input, and what the code
+  // writes through process.stdout and process.stderr (console included)
+  // goes to the client's standard output and error (its fds 7, 8 and 9);
+  // the FIFO status, held
+  // open for writing while the run lasts, gets "<client pid> <exit status>".
+  const ctl = fs.openSync(path.join(kernel, "ctl"), "r+");
+  fs.writeFileSync(path.join(kernel, "pid.tmp"), String(process.pid));
+  fs.renameSync(path.join(kernel, "pid.tmp"), path.join(kernel, "pid"));
+  const readline = await import("node:readline");
+  const lines = readline.createInterface({ input: fs.createReadStream(null, { fd: ctl }) });
+  const stdoutWrite = process.stdout.write;
+  const stderrWrite = process.stderr.write;
+  const redirect = (stream, fd) => {
+    stream.write = (chunk, encoding, cb) => {
+      try {
+        fs.writeSync(fd, typeof chunk === "string" ? chunk : Buffer.from(chunk));
+      } catch {}
+      const done = typeof encoding === "function" ? encoding : cb;
+      if (done) done();
+      return true;
+    };
+  };
+  for await (const line of lines) {
+    const [client, runMark, started, ...lost] = line.split(" ");
+    mark = runMark || "";
+    const status = fs.openSync(path.join(kernel, "status"), "w");
+    let code = 1;
+    let out = -1;
+    let err = -1;
+    try {
+      const fd = "/proc/" + client + "/fd/";
+      const src = fs.readFileSync(fd + "7", "utf8");
+      out = fs.openSync(fd + "8", "w");
+      err = fs.openSync(fd + "9", "w");
+      redirect(process.stdout, out);
+      redirect(process.stderr, err);
+      const interpreter = { started: started === "1" };
+      if (lost.join(" ")) interpreter.state_lost = lost.join(" ");
+      code = await execute(src, async (l) => fs.writeSync(out, l), { interpreter });
+    } catch {
+      // the client is gone
+    } finally {
+      process.stdout.write = stdoutWrite;
+      process.stderr.write = stderrWrite;
+      if (out >= 0) fs.closeSync(out);
+      if (err >= 0) fs.closeSync(err);
+    }
+    fs.writeSync(status, client + " " + code + "\n");
+    fs.closeSync(status);
+  }
 })();
