@@ -56,7 +56,6 @@ if [ -z "$pid" ] || [ ! -d "/proc/$pid" ]; then
   done
   started=1
 fi
-read -r pid < "$d/pid"
 # The interpreter takes the run's input and output from these: 0, 1 and 2
 # are redirected for a moment by every builtin with a redirection.
 exec 7<&0 8>&1 9>&2
@@ -66,7 +65,11 @@ while :; do
   exec 3< "$d/status"
   if read -r id st <&3; then
     [ "$id" = $$ ] && exit "$st"
-  elif ! { [ -r "/proc/$pid/stat" ] && read -r _ _ state _ < "/proc/$pid/stat" && [ "$state" != Z ]; }; then
+  else
+    # The interpreter closes status only after writing a line, so an end
+    # with none is its death. /proc is no judge: a killed interpreter
+    # closes its files before it is reaped, and asking the FIFO again
+    # would wait for a writer that never comes.
     echo "sandstep: the interpreter ended during the run; its state is lost" >&2
     # As a shell reports a child killed by SIGKILL: the provider then
     # tells an OOM kill (the interpreter is the sandbox's largest process).
