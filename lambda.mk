@@ -33,9 +33,9 @@ define lambda-function
 	cp config.toml '$(lambda-artifacts)/config.toml'
 endef
 
-# The functions that host the provider plugin link go-plugin, gRPC, net/rpc and a TLS
-# server (about 4.8 MB together); to stay under the 12 MB budget they are built
-# without inlining, which makes them about 1.2 MB (9 %) smaller. Their Go is glue
+# The functions that host the provider plugin link gRPC and protobuf (about 1.8 MB)
+# besides what every function links; to stay under the 12 MB budget with this wave's
+# features they are built without inlining, which makes them about 1.2 MB (9 %) smaller. Their Go is glue
 # between DynamoDB, the plugin and the network; CPU-bound Go runs about 1.5x slower
 # without inlining (BENCHMARKS.md), so Discover and Report, which have room and do
 # the text work (ranking, citation checks), keep it.
