@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
+	pluginmtls "github.com/sandstep/sandstep/providers/plugin/mtls"
 	"github.com/sandstep/sandstep/providers/plugin/plugintest"
 	"github.com/sandstep/sandstep/providers/providertest"
 )
@@ -27,7 +28,9 @@ func BenchmarkPluginStart(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			opts := benchOptions()
-			opts.AutoMTLS = mtls
+			if mtls {
+				opts.MTLS = pluginmtls.OneTime
+			}
 			for b.Loop() {
 				c, err := plugin.Start(context.Background(), opts)
 				if err != nil {

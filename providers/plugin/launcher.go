@@ -49,10 +49,14 @@ type Options struct {
 	// handshake variables and SANDSTEP_PLUGIN_LOG_LEVEL): in particular no
 	// cloud credentials.
 	Env []string
-	// AutoMTLS has go-plugin authenticate both ends of the local socket with
-	// one-time certificates. It costs about 30 ms per start.
-	AutoMTLS bool
-	// StartTimeout bounds start and handshake (go-plugin's start does not
+	// MTLS, when set, authenticates both ends of the local socket, as
+	// go-plugin's AutoMTLS does: it is called at every start of the plugin
+	// for the host's certificate, which the plugin answers with its own.
+	// mtls.OneTime makes a one-time certificate (about 30 ms per start); it
+	// is a function here so that hosts that never use it (the Lambdas) do
+	// not link certificate generation (128 KiB).
+	MTLS func() (ClientCert, error)
+	// StartTimeout bounds start and handshake (the handshake does not
 	// take a context); 0 = DefaultStartTimeout. The ctx given to Start bounds
 	// the Configure call that follows.
 	StartTimeout time.Duration
@@ -91,7 +95,7 @@ type Client struct {
 	path         string
 	env          []string
 	logger       *slog.Logger
-	autoMTLS     bool
+	mtls         func() (ClientCert, error)
 	startTimeout time.Duration
 
 	mu     sync.Mutex
@@ -137,7 +141,7 @@ func Start(ctx context.Context, opts Options) (*Client, error) {
 		path:         path,
 		env:          opts.Env,
 		logger:       logger.With("provider", name),
-		autoMTLS:     opts.AutoMTLS,
+		mtls:         opts.MTLS,
 		startTimeout: opts.StartTimeout,
 		cfg: providers.Config{Settings: opts.Settings, Secrets: opts.Secrets, Defaults: opts.Defaults,
 			BaseDir: opts.BaseDir, DataDir: opts.DataDir},
@@ -163,7 +167,7 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 		logLevelEnv + "=" + levelName(c.logger),
 		hostPIDEnv + "=" + strconv.Itoa(os.Getpid()),
 	}, c.env...)
-	proc, err := startProcess(c.path, env, c.logger, c.autoMTLS, c.startTimeout)
+	proc, err := startProcess(c.path, env, c.logger, c.mtls, c.startTimeout)
 	if err != nil {
 		return nil, c.startError(err)
 	}

@@ -3,20 +3,14 @@ package plugin
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -45,7 +39,7 @@ import (
 //
 //   - the host starts the plugin with the magic cookie, the protocol
 //     versions it accepts and the port range in its environment (and its
-//     certificate when AutoMTLS is on);
+//     certificate with Options.MTLS);
 //   - the plugin answers with one line on stdout,
 //     CORE-VERSION|APP-VERSION|NETWORK|ADDRESS|PROTOCOL|SERVER-CERT, and serves
 //     gRPC there: our provider service, grpc.health.v1 for "plugin",
@@ -103,7 +97,7 @@ func (p *process) exited() bool {
 // startProcess runs the plugin at path and completes go-plugin's handshake
 // within timeout. env is the plugin's whole environment but for what the
 // handshake adds.
-func startProcess(path string, env []string, logger *slog.Logger, autoMTLS bool, timeout time.Duration) (*process, error) {
+func startProcess(path string, env []string, logger *slog.Logger, mtls func() (ClientCert, error), timeout time.Duration) (*process, error) {
 	cmd := exec.Command(path)
 	cmd.Env = append(env,
 		magicCookieKey+"="+magicCookieValue,
@@ -113,13 +107,13 @@ func startProcess(path string, env []string, logger *slog.Logger, autoMTLS bool,
 	)
 	cmd.SysProcAttr = pluginSysProcAttr()
 	var tlsConfig *tls.Config
-	if autoMTLS {
-		certPEM, cert, err := oneTimeCert()
+	if mtls != nil {
+		cc, err := mtls()
 		if err != nil {
-			return nil, fmt.Errorf("AutoMTLS: %w", err)
+			return nil, fmt.Errorf("mTLS: %w", err)
 		}
-		cmd.Env = append(cmd.Env, "PLUGIN_CLIENT_CERT="+string(certPEM))
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		cmd.Env = append(cmd.Env, "PLUGIN_CLIENT_CERT="+string(cc.PEM))
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cc.Cert}, MinVersion: tls.VersionTLS12}
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -227,15 +221,15 @@ func (p *process) connect(line string, tlsConfig *tls.Config) error {
 		// go-plugin sends its one-time certificate only when the host sent
 		// one; shorter text in that place is padding from old servers.
 		if len(parts) < 6 || len(parts[5]) <= 50 {
-			return errors.New("AutoMTLS: the plugin sent no certificate")
+			return errors.New("mTLS: the plugin sent no certificate")
 		}
 		der, err := base64.RawStdEncoding.DecodeString(parts[5])
 		if err != nil {
-			return fmt.Errorf("AutoMTLS: the plugin's certificate: %w", err)
+			return fmt.Errorf("mTLS: the plugin's certificate: %w", err)
 		}
 		cert, err := x509.ParseCertificate(der)
 		if err != nil {
-			return fmt.Errorf("AutoMTLS: the plugin's certificate: %w", err)
+			return fmt.Errorf("mTLS: the plugin's certificate: %w", err)
 		}
 		pool := x509.NewCertPool()
 		pool.AddCert(cert)
@@ -259,6 +253,14 @@ func (p *process) connect(line string, tlsConfig *tls.Config) error {
 	p.stdio = cancel
 	go p.relayStdio(ctx)
 	return nil
+}
+
+// ClientCert is the host's certificate for mTLS with the plugin: PEM is
+// handed to the plugin, which accepts only it; Cert is what the host
+// presents.
+type ClientCert struct {
+	PEM  []byte
+	Cert tls.Certificate
 }
 
 // versionError is a plugin that speaks another provider protocol version.
@@ -373,38 +375,6 @@ func (p *process) close() {
 	if p.conn != nil {
 		_ = p.conn.Close()
 	}
-}
-
-// oneTimeCert makes the host's certificate for AutoMTLS, as go-plugin's
-// client does: a self-signed ECDSA P-521 certificate for "localhost",
-// valid for a day, which the plugin accepts as the only client.
-func oneTimeCert() ([]byte, tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "localhost", Organization: []string{"HashiCorp"}},
-		DNSNames:              []string{"localhost"},
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageKeyAgreement | x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		NotBefore:             now.Add(-30 * time.Second),
-		NotAfter:              now.Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, tls.Certificate{}, err
-	}
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	return certPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // elfMachines names the ELF machine codes of the architectures Go builds
