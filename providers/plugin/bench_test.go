@@ -10,7 +10,6 @@ import (
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
 	pluginmtls "github.com/sandstep/sandstep/providers/plugin/mtls"
-	"github.com/sandstep/sandstep/providers/plugin/plugintest"
 	"github.com/sandstep/sandstep/providers/providertest"
 )
 
@@ -66,12 +65,6 @@ func BenchmarkCallInProcess(b *testing.B) {
 func BenchmarkCallOverPlugin(b *testing.B) {
 	c := start(b, benchOptions())
 	benchGet(b, c)
-}
-
-// BenchmarkCallOverTestConn is the in-process harness (plugintest): the
-// same gRPC, no subprocess.
-func BenchmarkCallOverTestConn(b *testing.B) {
-	benchGet(b, plugintest.Connect(b, providertest.New()))
 }
 
 // BenchmarkExecOverPlugin is one short command through the Exec stream.

@@ -132,6 +132,7 @@ func startProcess(path string, env []string, logger *slog.Logger, mtls func() (C
 		}
 		return nil, err
 	}
+	logger.Debug("plugin started", "path", path, "pid", cmd.Process.Pid)
 	p := &process{cmd: cmd, logger: logger, done: make(chan struct{})}
 	var pipes sync.WaitGroup
 	pipes.Go(func() { relayLogs(logger, stderr) })
