@@ -56,8 +56,11 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 
+# The plugin host's tests again as the Lambdas build it (lambda.mk): without
+# go-plugin's Serve, so without go-plugin.
 unit:
 	$(GO) test $(TESTFLAGS) ./...
+	$(GO) test $(TESTFLAGS) -tags sandstep.noserve ./providers/plugin/
 
 # Every state machine definition must also pass AWS's rules as asl-validator reads them.
 asl:

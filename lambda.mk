@@ -22,16 +22,20 @@ lambda-artifacts = $(if $(strip $(ARTIFACTS_DIR)),$(ARTIFACTS_DIR),$(error ARTIF
 # debug pages (about 3 MB) that nothing serves in a Lambda; nethttpomithttp2 drops
 # net/http's bundled HTTP/2 (about 0.4 MB): a Lambda's HTTP calls (AWS APIs, search,
 # models) speak HTTP/1.1 over TLS, and the provider plugins' gRPC has its own HTTP/2.
-LAMBDA_TAGS = lambda.norpc,grpcnotrace,nethttpomithttp2
+# sandstep.noserve leaves out the plugin side of providers/plugin (go-plugin's Serve):
+# a Lambda only hosts plugins, and the host side speaks go-plugin's protocol without
+# linking go-plugin, whose net/rpc, gob, html/template, yamux, gRPC reflection and
+# debug/elf weigh about 1.3 MB (BENCHMARKS.md).
+LAMBDA_TAGS = lambda.norpc,grpcnotrace,nethttpomithttp2,sandstep.noserve
 define lambda-function
 	@mkdir -p '$(lambda-artifacts)'
 	$(LAMBDA_GOBUILD) $(2) -tags $(LAMBDA_TAGS) -o '$(lambda-artifacts)/bootstrap' ./functions/$(1)
 	cp config.toml '$(lambda-artifacts)/config.toml'
 endef
 
-# The functions that host the provider plugin link go-plugin, gRPC, net/rpc and a TLS
-# server (about 4.8 MB together); to stay under the 12 MB budget they are built
-# without inlining, which makes them about 1.2 MB (9 %) smaller. Their Go is glue
+# The functions that host the provider plugin link gRPC and protobuf (about 1.8 MB)
+# besides what every function links; to stay under the 12 MB budget with this wave's
+# features they are built without inlining, which makes them about 1.2 MB (9 %) smaller. Their Go is glue
 # between DynamoDB, the plugin and the network; CPU-bound Go runs about 1.5x slower
 # without inlining (BENCHMARKS.md), so Discover and Report, which have room and do
 # the text work (ranking, citation checks), keep it.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
-	"github.com/sandstep/sandstep/providers/plugin/plugintest"
+	pluginmtls "github.com/sandstep/sandstep/providers/plugin/mtls"
 	"github.com/sandstep/sandstep/providers/providertest"
 )
 
@@ -27,7 +27,9 @@ func BenchmarkPluginStart(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			opts := benchOptions()
-			opts.AutoMTLS = mtls
+			if mtls {
+				opts.MTLS = pluginmtls.OneTime
+			}
 			for b.Loop() {
 				c, err := plugin.Start(context.Background(), opts)
 				if err != nil {
@@ -63,12 +65,6 @@ func BenchmarkCallInProcess(b *testing.B) {
 func BenchmarkCallOverPlugin(b *testing.B) {
 	c := start(b, benchOptions())
 	benchGet(b, c)
-}
-
-// BenchmarkCallOverTestConn is the in-process harness (plugintest): the
-// same gRPC, no subprocess.
-func BenchmarkCallOverTestConn(b *testing.B) {
-	benchGet(b, plugintest.Connect(b, providertest.New()))
 }
 
 // BenchmarkExecOverPlugin is one short command through the Exec stream.

@@ -8,16 +8,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	goplugin "github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 
 	"github.com/sandstep/sandstep/providers"
 )
@@ -54,10 +49,14 @@ type Options struct {
 	// handshake variables and SANDSTEP_PLUGIN_LOG_LEVEL): in particular no
 	// cloud credentials.
 	Env []string
-	// AutoMTLS has go-plugin authenticate both ends of the local socket with
-	// one-time certificates. It costs about 30 ms per start.
-	AutoMTLS bool
-	// StartTimeout bounds start and handshake (go-plugin's start does not
+	// MTLS, when set, authenticates both ends of the local socket, as
+	// go-plugin's AutoMTLS does: it is called at every start of the plugin
+	// for the host's certificate, which the plugin answers with its own.
+	// mtls.OneTime makes a one-time certificate (about 30 ms per start); it
+	// is a function here so that hosts that never use it (the Lambdas) do
+	// not link certificate generation (128 KiB).
+	MTLS func() (ClientCert, error)
+	// StartTimeout bounds start and handshake (the handshake does not
 	// take a context); 0 = DefaultStartTimeout. The ctx given to Start bounds
 	// the Configure call that follows.
 	StartTimeout time.Duration
@@ -96,7 +95,7 @@ type Client struct {
 	path         string
 	env          []string
 	logger       *slog.Logger
-	autoMTLS     bool
+	mtls         func() (ClientCert, error)
 	startTimeout time.Duration
 
 	mu     sync.Mutex
@@ -107,13 +106,9 @@ type Client struct {
 
 // instance is one running plugin process.
 type instance struct {
-	pc     *goplugin.Client
-	cmd    *exec.Cmd
+	proc   *process
 	p      *grpcClient
 	broken bool // guarded by Client.mu
-	// ending is set before the host ends the process itself, so that its
-	// exit is not logged as an error.
-	ending *atomic.Bool
 }
 
 var _ providers.Provider = (*Client)(nil)
@@ -146,7 +141,7 @@ func Start(ctx context.Context, opts Options) (*Client, error) {
 		path:         path,
 		env:          opts.Env,
 		logger:       logger.With("provider", name),
-		autoMTLS:     opts.AutoMTLS,
+		mtls:         opts.MTLS,
 		startTimeout: opts.StartTimeout,
 		cfg: providers.Config{Settings: opts.Settings, Secrets: opts.Secrets, Defaults: opts.Defaults,
 			BaseDir: opts.BaseDir, DataDir: opts.DataDir},
@@ -167,47 +162,16 @@ func (c *Client) launch(ctx context.Context, cfg providers.Config) (*instance, e
 	if err := checkBinary(c.name, c.path); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(c.path)
-	cmd.Env = append([]string{
+	env := append([]string{
 		"PATH=" + os.Getenv("PATH"),
-		logLevelEnv + "=" + hclogLevel(c.logger).String(),
+		logLevelEnv + "=" + levelName(c.logger),
 		hostPIDEnv + "=" + strconv.Itoa(os.Getpid()),
 	}, c.env...)
-	cmd.SysProcAttr = pluginSysProcAttr()
-	ending := new(atomic.Bool)
-	pc := goplugin.NewClient(&goplugin.ClientConfig{
-		HandshakeConfig:  Handshake,
-		VersionedPlugins: map[int]goplugin.PluginSet{providers.APIVersion: {PluginName: &GRPCPlugin{}}},
-		Cmd:              cmd,
-		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		SkipHostEnv:      true,
-		AutoMTLS:         c.autoMTLS,
-		StartTimeout:     c.startTimeout,
-		Logger:           newHCLogger(c.logger, ending),
-		SyncStdout:       &lineLogger{l: c.logger, stream: "stdout"},
-		SyncStderr:       &lineLogger{l: c.logger, stream: "stderr"},
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(maxMessageSize),
-			grpc.MaxCallSendMsgSize(maxMessageSize),
-		)},
-	})
-	// go-plugin forks the plugin inside Client: on the fork thread, so
-	// that the plugin's parent-death signal stays armed (see orphans.go).
-	var (
-		rpc goplugin.ClientProtocol
-		err error
-	)
-	onForkThread(func() { rpc, err = pc.Client() })
+	proc, err := startProcess(c.path, env, c.logger, c.mtls, c.startTimeout)
 	if err != nil {
-		pc.Kill()
 		return nil, c.startError(err)
 	}
-	raw, err := rpc.Dispense(PluginName)
-	if err != nil {
-		pc.Kill()
-		return nil, fmt.Errorf("provider %q: plugin %s: %w", c.name, c.path, err)
-	}
-	inst := &instance{pc: pc, cmd: cmd, p: raw.(*grpcClient), ending: ending}
+	inst := &instance{proc: proc, p: newGRPCClient(proc.conn)}
 	if err := inst.p.Configure(ctx, cfg); err != nil {
 		inst.kill()
 		return nil, fmt.Errorf("provider %q: %w", c.name, err)
@@ -229,50 +193,42 @@ func checkBinary(name, path string) error {
 	return nil
 }
 
-// startError rewrites go-plugin's version mismatch, which names neither the
-// plugin nor the cure, and gives other start failures the plugin's name.
+// startError names the plugin and, for a version mismatch, the cure.
 func (c *Client) startError(err error) error {
-	var pluginVersion int
-	msg := err.Error()
-	if i := strings.Index(msg, "Plugin version: "); strings.Contains(msg, "incompatible API version") && i >= 0 {
-		if _, serr := fmt.Sscanf(msg[i:], "Plugin version: %d", &pluginVersion); serr == nil {
-			return fmt.Errorf("provider %q: plugin %s speaks provider protocol version %d, this host speaks version %d; rebuild the plugin from the same sandstep version (make plugins)",
-				c.name, c.path, pluginVersion, providers.APIVersion)
-		}
+	var ve *versionError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("provider %q: plugin %s speaks provider protocol version %d, this host speaks version %d; rebuild the plugin from the same sandstep version (make plugins)",
+			c.name, c.path, ve.plugin, providers.APIVersion)
 	}
 	return fmt.Errorf("provider %q: starting plugin %s: %w", c.name, c.path, err)
 }
 
-// kill ends a process that may be hung or half dead. go-plugin's own Kill
-// first asks the plugin to shut down over gRPC, which would wait on a hung
-// plugin; killing the process first makes that request fail at once.
-// os.Process.Kill cannot hit another process that reused the pid.
-func (i *instance) kill() {
-	i.ending.Store(true)
-	_ = i.cmd.Process.Kill()
-	i.pc.Kill()
-}
+// kill ends a process that may be hung or half dead, without asking it
+// first: a hung plugin would never answer.
+func (i *instance) kill() { i.proc.kill() }
 
 // shutdownGrace is how long Close lets a plugin stop on request before
 // killing it.
 const shutdownGrace = 5 * time.Second
 
 // shutdown asks the plugin to stop and waits for it, killing it if the
-// request goes unanswered (a frozen process never answers it).
+// request goes unanswered (a frozen process never answers it) or the
+// process does not exit within shutdownGrace.
 func (i *instance) shutdown() {
-	i.ending.Store(true)
-	done := make(chan struct{})
-	go func() {
-		i.pc.Kill()
-		close(done)
-	}()
+	p := i.proc
+	p.ending.Store(true)
 	t := time.NewTimer(shutdownGrace)
 	defer t.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	// The plugin stops its server while answering, so the call's error
+	// says nothing; its exit does (go-plugin's client waits the same way).
+	_ = p.shutdown(ctx)
 	select {
-	case <-done:
+	case <-p.done:
+		p.close()
 	case <-t.C:
-		_ = i.cmd.Process.Kill()
-		<-done
+		p.kill()
 	}
 }
 
@@ -287,7 +243,7 @@ func (c *Client) get(ctx context.Context, op string) (*instance, error) {
 	if c.closed {
 		return nil, errClosed
 	}
-	if c.cur != nil && !c.cur.broken && !c.cur.pc.Exited() {
+	if c.cur != nil && !c.cur.broken && !c.cur.proc.exited() {
 		return c.cur, nil
 	}
 	if c.cur != nil {
@@ -310,7 +266,7 @@ func (c *Client) failed(ctx context.Context, inst *instance, err error) bool {
 	if !isTransport(err) {
 		return false
 	}
-	if !inst.pc.Exited() && inst.p.ping(ctx) == nil {
+	if !inst.proc.exited() && inst.p.ping(ctx) == nil {
 		return false
 	}
 	c.mu.Lock()

@@ -1,52 +1,56 @@
 package plugin
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
-	"log"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/sandstep/sandstep/internal/service/logging"
 )
 
-// go-plugin speaks hclog on both sides. The plugin writes hclog's JSON
-// lines to stderr; the host's go-plugin client parses them and hands them
-// to an hclog.Logger, which here forwards to the host's *slog.Logger.
+// The plugin writes hclog's JSON lines (keys @level, @message, @timestamp)
+// to its stderr; the host parses them and logs each through its own
+// *slog.Logger with the line's level, message and attributes, as go-plugin's
+// client does.
 
 const levelTrace = slog.LevelDebug - 4
 
-func slogLevel(l hclog.Level) slog.Level {
-	switch l {
-	case hclog.Trace:
-		return levelTrace
-	case hclog.Debug:
-		return slog.LevelDebug
-	case hclog.Warn:
-		return slog.LevelWarn
-	case hclog.Error:
-		return slog.LevelError
-	case hclog.Off:
-		return slog.LevelError + 100
-	default:
-		return slog.LevelInfo
-	}
-}
-
-// hclogLevel is the most verbose hclog level l lets through.
-func hclogLevel(l *slog.Logger) hclog.Level {
+// levelName is the most verbose hclog level l lets through, by name.
+func levelName(l *slog.Logger) string {
 	ctx := context.Background()
-	for _, lv := range []hclog.Level{hclog.Trace, hclog.Debug, hclog.Info, hclog.Warn, hclog.Error} {
-		if l.Enabled(ctx, slogLevel(lv)) {
-			return lv
+	for _, lv := range []struct {
+		name  string
+		level slog.Level
+	}{{"trace", levelTrace}, {"debug", slog.LevelDebug}, {"info", slog.LevelInfo}, {"warn", slog.LevelWarn}, {"error", slog.LevelError}} {
+		if l.Enabled(ctx, lv.level) {
+			return lv.name
 		}
 	}
-	return hclog.Off
+	return "off"
+}
+
+// levelOf maps an hclog level name to slog; ok is false for a name hclog
+// does not write.
+func levelOf(name string) (slog.Level, bool) {
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "trace":
+		return levelTrace, true
+	case "debug":
+		return slog.LevelDebug, true
+	case "info":
+		return slog.LevelInfo, true
+	case "warn", "warning":
+		return slog.LevelWarn, true
+	case "error":
+		return slog.LevelError, true
+	}
+	return 0, false
 }
 
 // newPluginLogHandler writes slog records in the JSON shape go-plugin's
@@ -86,115 +90,91 @@ func newPluginLogHandler(w io.Writer, level slog.Leveler) slog.Handler {
 	})
 }
 
-// hclogAdapter is an hclog.Logger that logs to a *slog.Logger.
-type hclogAdapter struct {
-	l       *slog.Logger
-	name    string
-	implied []any
-	// ending is set once the host ends the plugin on purpose: its exit is
-	// then no error, whatever its status.
-	ending *atomic.Bool
-}
-
-func newHCLogger(l *slog.Logger, ending *atomic.Bool) hclog.Logger {
-	return &hclogAdapter{l: l, ending: ending}
-}
-
-// exitMessage is what go-plugin logs when the plugin process ends, at
-// error level when its exit status is not zero.
-const exitMessage = "plugin process exited"
-
-func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	if level == hclog.Error && msg == exitMessage && h.ending != nil && h.ending.Load() {
-		level = hclog.Info
-		args = renameArg(args, "error", "exit")
+// relayLogs logs each line the plugin writes to its stderr until EOF.
+// Lines that are not hclog JSON keep their text, at the level their
+// "[LEVEL]" prefix names, or debug; from a "panic: " or "fatal error: "
+// line on, every such line is an error (the plugin's crash).
+func relayLogs(l *slog.Logger, r io.Reader) {
+	br := bufio.NewReaderSize(r, maxLogLine)
+	var inPanic bool
+	for {
+		line, isPrefix, err := br.ReadLine()
+		if err != nil {
+			if err != io.EOF {
+				l.Error("reading plugin stderr", "error", err.Error())
+			}
+			return
+		}
+		if isPrefix {
+			// Longer than maxLogLine: logged in pieces, as text.
+			l.Debug(string(line))
+			continue
+		}
+		inPanic = relayLine(l, line, inPanic)
 	}
-	lv := slogLevel(level)
+}
+
+var textLevels = []struct {
+	prefix string
+	level  slog.Level
+}{{"[TRACE]", levelTrace}, {"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo}, {"[WARN]", slog.LevelWarn}, {"[ERROR]", slog.LevelError}}
+
+func relayLine(l *slog.Logger, line []byte, inPanic bool) bool {
 	ctx := context.Background()
-	if !h.l.Enabled(ctx, lv) {
-		return
+	var m map[string]any
+	if len(bytes.TrimSpace(line)) == 0 {
+		return inPanic
 	}
-	// go-plugin adds the plugin's own time to each line it relays, beside
-	// the host's, and names the relay after the binary; the host's logger
-	// carries the provider attribute, which a provider's own lines repeat.
-	// A JSON line must not hold a key twice.
-	args = dropArg(dropArg(args, "timestamp"), "provider")
-	if h.name != "" && !strings.HasPrefix(h.name, BinaryPrefix) {
-		args = append(args, "logger", h.name)
-	}
-	h.l.Log(ctx, lv, msg, args...)
-}
-
-// dropArg removes key and its value from key-value pairs.
-func dropArg(args []any, key string) []any {
-	for i := 0; i+1 < len(args); i += 2 {
-		if k, ok := args[i].(string); ok && k == key {
-			return append(args[:i:i], args[i+2:]...)
+	if json.Unmarshal(line, &m) != nil {
+		s := string(line)
+		for _, t := range textLevels {
+			if strings.HasPrefix(s, t.prefix) {
+				l.Log(ctx, t.level, s)
+				return inPanic
+			}
 		}
-	}
-	return args
-}
-
-func renameArg(args []any, from, to string) []any {
-	out := append([]any(nil), args...)
-	for i := 0; i+1 < len(out); i += 2 {
-		if k, ok := out[i].(string); ok && k == from {
-			out[i] = to
+		if strings.HasPrefix(s, "panic: ") || strings.HasPrefix(s, "fatal error: ") {
+			inPanic = true
 		}
+		lv := slog.LevelDebug
+		if inPanic {
+			lv = slog.LevelError
+		}
+		l.Log(ctx, lv, s)
+		return inPanic
 	}
-	return out
-}
-
-func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
-func (h *hclogAdapter) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
-func (h *hclogAdapter) Info(msg string, args ...any)  { h.Log(hclog.Info, msg, args...) }
-func (h *hclogAdapter) Warn(msg string, args ...any)  { h.Log(hclog.Warn, msg, args...) }
-func (h *hclogAdapter) Error(msg string, args ...any) { h.Log(hclog.Error, msg, args...) }
-
-func (h *hclogAdapter) enabled(l hclog.Level) bool {
-	return h.l.Enabled(context.Background(), slogLevel(l))
-}
-
-func (h *hclogAdapter) IsTrace() bool { return h.enabled(hclog.Trace) }
-func (h *hclogAdapter) IsDebug() bool { return h.enabled(hclog.Debug) }
-func (h *hclogAdapter) IsInfo() bool  { return h.enabled(hclog.Info) }
-func (h *hclogAdapter) IsWarn() bool  { return h.enabled(hclog.Warn) }
-func (h *hclogAdapter) IsError() bool { return h.enabled(hclog.Error) }
-
-func (h *hclogAdapter) ImpliedArgs() []any { return h.implied }
-
-func (h *hclogAdapter) With(args ...any) hclog.Logger {
-	return &hclogAdapter{l: h.l.With(args...), name: h.name, implied: append(append([]any(nil), h.implied...), args...), ending: h.ending}
-}
-
-func (h *hclogAdapter) Name() string { return h.name }
-
-func (h *hclogAdapter) Named(name string) hclog.Logger {
-	if h.name != "" {
-		name = h.name + "." + name
+	name, _ := m["@level"].(string)
+	lv, ok := levelOf(name)
+	if !ok {
+		// JSON from something other than hclog: verbatim.
+		l.Debug(string(line))
+		return inPanic
 	}
-	return &hclogAdapter{l: h.l, name: name, implied: h.implied, ending: h.ending}
+	if !l.Enabled(ctx, lv) {
+		return inPanic
+	}
+	msg, _ := m["@message"].(string)
+	// The plugin's own time adds nothing to the host's, and the host's
+	// logger carries the provider attribute, which a provider's own lines
+	// repeat: a JSON line must not hold a key twice.
+	for _, k := range []string{"@level", "@message", "@timestamp", "timestamp", "provider"} {
+		delete(m, k)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		args = append(args, k, m[k])
+	}
+	l.Log(ctx, lv, msg, args...)
+	return inPanic
 }
 
-func (h *hclogAdapter) ResetNamed(name string) hclog.Logger {
-	return &hclogAdapter{l: h.l, name: name, implied: h.implied, ending: h.ending}
-}
-
-// SetLevel does nothing: the slog handler owns the level.
-func (h *hclogAdapter) SetLevel(hclog.Level) {}
-
-func (h *hclogAdapter) GetLevel() hclog.Level { return hclogLevel(h.l) }
-
-func (h *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
-	return slog.NewLogLogger(h.l.Handler(), slog.LevelInfo)
-}
-
-func (h *hclogAdapter) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
-	return h.StandardLogger(opts).Writer()
-}
-
-// lineLogger logs each line written to it; go-plugin copies a plugin's
-// os.Stdout and os.Stderr (after the handshake) into it.
+// lineLogger logs each line written to it; the host copies what a plugin
+// writes to os.Stdout and os.Stderr (after the handshake) into it.
 type lineLogger struct {
 	l      *slog.Logger
 	stream string

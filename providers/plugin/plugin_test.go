@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/plugin"
+	"github.com/sandstep/sandstep/providers/plugin/mtls"
 	"github.com/sandstep/sandstep/providers/providertest"
 )
 
@@ -896,10 +897,14 @@ func TestConcurrentCalls(t *testing.T) {
 }
 
 func TestAutoMTLS(t *testing.T) {
-	opts := testOptions(&testlog.Buffer{})
-	opts.AutoMTLS = true
+	logs := &testlog.Buffer{}
+	opts := testOptions(logs)
+	opts.MTLS = mtls.OneTime
 	c := start(t, opts)
 	if info, err := c.Info(ctxFor(t)); err != nil || info.Name != "test" {
 		t.Fatalf("info over mTLS = %+v, %v", info, err)
 	}
+	// go-plugin's server says when it took the host's certificate and
+	// answered with its own; without it the connection would be plain.
+	line(t, logs, "configuring server automatic mTLS")
 }

@@ -79,6 +79,26 @@ func goDeps(t *testing.T, b lambdaBuild) map[string][]string {
 	return deps
 }
 
+// lambdaDeadWeight are packages a Lambda ran nothing of when they were
+// cut (BENCHMARKS.md, "Lambda bootstraps"), with the reason; each came
+// through a dependency linking them whether or not they are used, so a new
+// import can bring them back unnoticed.
+var lambdaDeadWeight = map[string]string{
+	"net/rpc":                "go-plugin's netrpc protocol, which sandstep does not speak",
+	"encoding/gob":           "net/rpc's encoding",
+	"html/template":          "net/rpc's debug page",
+	"text/template":          "net/rpc's debug page, through html/template",
+	"debug/elf":              "go-plugin's note on a plugin of another architecture; process.go reads the ELF header",
+	"debug/macho":            "go-plugin's note on a plugin of another architecture",
+	"debug/pe":               "go-plugin's note on a plugin of another architecture",
+	"internal/zstd":          "compressed debug sections, through debug/elf",
+	"golang.org/x/net/trace": "gRPC's debug pages (the grpcnotrace tag)",
+	"google.golang.org/protobuf/reflect/protodesc":  "descriptors at run time, for gRPC reflection",
+	"google.golang.org/protobuf/types/descriptorpb": "descriptor.proto, for gRPC reflection",
+	"testing":                        "a test helper linked by a non-test package",
+	module + "providers/plugin/mtls": "certificate generation for plugin mTLS, which no Lambda turns on",
+}
+
 // TestLambdasLinkOnlyWhatTheyRun is the structural guard of issue 12: no
 // Lambda links the local emulation of AWS (the ASL interpreter, the local
 // executor, the CloudFormation reader, DynamoDB Local, the local stack) or
@@ -112,10 +132,14 @@ func TestLambdasLinkOnlyWhatTheyRun(t *testing.T) {
 				bad = append(bad, pkg+" (template and ASL parsing belong to local emulation)")
 			case strings.HasPrefix(pkg, "github.com/modelcontextprotocol/go-sdk"):
 				bad = append(bad, pkg+" (the MCP SDK judges the server in tests; tools/mcp.go serves)")
+			case strings.HasPrefix(pkg, "github.com/hashicorp/"):
+				bad = append(bad, pkg+" (a Lambda only hosts plugins: providers/plugin/process.go speaks go-plugin's protocol; build with sandstep.noserve)")
+			case lambdaDeadWeight[pkg] != "":
+				bad = append(bad, pkg+" ("+lambdaDeadWeight[pkg]+")")
+			case strings.HasPrefix(pkg, "google.golang.org/grpc/reflection"):
+				bad = append(bad, pkg+" (gRPC reflection serves tools like grpcurl; only a plugin serves, and it is not a Lambda)")
 			}
-			// go-plugin's exported test helpers import testing; nothing
-			// of ours may.
-			if slices.Contains(imports, "testing") && pkg != "github.com/hashicorp/go-plugin" {
+			if slices.Contains(imports, "testing") {
 				bad = append(bad, pkg+" imports testing")
 			}
 		}
