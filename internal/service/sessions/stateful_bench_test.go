@@ -1,12 +1,16 @@
 package sessions_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/providers"
 )
 
 // BenchmarkStatefulRun is a warm stateful run over HTTP (its interpreter
@@ -79,4 +83,46 @@ func sandboxBinary(name string) string {
 		}
 	}
 	return name
+}
+
+// BenchmarkStatefulExec is the interpreter's part of a warm stateful run:
+// the run's exec through the provider plugin (gRPC, the sandbox's agent,
+// the client shell, the interpreter), without HTTP and the session store,
+// next to a warm exec of `true` in the same sandbox. x-exec-true is the
+// stateful exec's median over the `true` one's.
+func BenchmarkStatefulExec(b *testing.B) {
+	e := newEnv(b, envConfig{})
+	ctx := context.Background()
+	for _, lang := range []string{"python", "javascript"} {
+		b.Run(lang, func(b *testing.B) {
+			sid := "bench-exec-" + lang
+			wantOK(b, e.runStateful(tokenAcme, sid, lang, "1 + 1", 0))
+			sbs, err := e.stack.Provider.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelTenant: "acme", providers.LabelSession: sid}})
+			if err != nil || len(sbs) != 1 {
+				b.Fatalf("the session's sandbox: %v (%d found)", err, len(sbs))
+			}
+			id := sbs[0].ID
+			var stateful, truth []time.Duration
+			for b.Loop() {
+				t := time.Now()
+				res, err := e.stack.Provider.Exec(ctx, id, sessions.StatefulRequest(lang, "1 + 1"))
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("stateful exec: %v, exit %d", err, res.ExitCode)
+				}
+				stateful = append(stateful, time.Since(t))
+				t = time.Now()
+				if res, err = e.stack.Provider.Exec(ctx, id, providers.ExecRequest{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+					b.Fatalf("exec true: %v, exit %d", err, res.ExitCode)
+				}
+				truth = append(truth, time.Since(t))
+			}
+			b.StopTimer()
+			slices.Sort(stateful)
+			slices.Sort(truth)
+			ms := func(s []time.Duration) float64 { return float64(s[len(s)/2]) / float64(time.Millisecond) }
+			b.ReportMetric(ms(stateful), "stateful-exec-ms-p50")
+			b.ReportMetric(ms(truth), "exec-true-ms-p50")
+			b.ReportMetric(ms(stateful)/ms(truth), "x-exec-true")
+		})
+	}
 }
