@@ -1,0 +1,170 @@
+package api_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
+	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
+)
+
+// The description is OpenAPI 3.1 and kin-openapi accepts it whole: every
+// $ref resolves, every schema is a JSON Schema 2020-12 schema, every
+// example matches.
+func TestOpenAPIDescriptionIsValid(t *testing.T) {
+	if _, err := apitest.Spec(); err != nil {
+		t.Fatal(err)
+	}
+	// A broken description is refused, so the check above means something.
+	for name, doc := range map[string]string{
+		"3.0":        `{"openapi":"3.0.3","info":{"title":"x","version":"1"},"paths":{}}`,
+		"bad ref":    `{"openapi":"3.1.0","info":{"title":"x","version":"1"},"paths":{"/a":{"get":{"responses":{"200":{"description":"x","content":{"application/json":{"schema":{"$ref":"#/components/schemas/Nope"}}}}}}}},"components":{"schemas":{"Error":{}}}}`,
+		"no Error":   `{"openapi":"3.1.0","info":{"title":"x","version":"1"},"paths":{}}`,
+		"not a spec": `[]`,
+	} {
+		if _, err := apitest.NewValidator([]byte(doc)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// GET /v1/openapi.json is public and serves the embedded description.
+func TestOpenAPIIsServed(t *testing.T) {
+	e := newEnv(t)
+	res := e.get("/v1/openapi.json", "")
+	wantStatus(t, res, http.StatusOK)
+	if !bytes.Equal(res.body, api.OpenAPI()) {
+		t.Fatal("GET /v1/openapi.json is not the embedded description")
+	}
+	if ct := res.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	again := e.get("/v1/openapi.json", "", "If-None-Match", res.header.Get("ETag"))
+	wantStatus(t, again, http.StatusNotModified)
+}
+
+// TestOpenAPIDescribesEveryRoute is the drift check: the routes the
+// handler registers, the operations of openapi.json and the HttpApi routes
+// of template.yaml (through which API Gateway reaches the ApiFunction) are
+// the same set.
+func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	v, err := apitest.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := api.RoutePatterns()
+	spec := v.Operations()
+	tpl, err := samtemplate.Load("../../../template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, _ := tpl.Resources()["ApiFunction"]["Properties"].(map[string]any)["Events"].(map[string]any)
+	var gateway []string
+	for name, ev := range events {
+		e, _ := ev.(map[string]any)
+		p, _ := e["Properties"].(map[string]any)
+		if e["Type"] != "HttpApi" {
+			continue
+		}
+		method, _ := p["Method"].(string)
+		path, _ := p["Path"].(string)
+		if method == "" || path == "" {
+			t.Errorf("ApiFunction event %s has no Method or Path", name)
+		}
+		gateway = append(gateway, strings.ToUpper(method)+" "+apitest.MuxPath(path))
+	}
+	if len(mux) < 20 {
+		t.Fatalf("only %d routes registered: %v", len(mux), mux)
+	}
+	sets := map[string][]string{"the handler": mux, "openapi.json": spec, "template.yaml": gateway}
+	for a, as := range sets {
+		for b, bs := range sets {
+			for _, r := range as {
+				if !slices.Contains(bs, r) {
+					t.Errorf("%s has %q, %s does not", a, r, b)
+				}
+			}
+		}
+	}
+}
+
+// recordFailures collects what the validator finds.
+type recordFailures struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (f *recordFailures) add(err error) { f.mu.Lock(); f.errs = append(f.errs, err); f.mu.Unlock() }
+
+// A response that does not match the description fails validation: the
+// check that every end-to-end answer passes is not one that passes
+// everything.
+func TestOpenAPIRefusesWrongResponses(t *testing.T) {
+	v, err := apitest.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"search","label":"s","status":"complete","current":0,"total":0},`, 8), ",") + `]`
+	goodJob := `{"job_id":"j","status":"running","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
+		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":[],"cancel_requested":false}`
+	for _, tc := range []struct {
+		name, method, path, ct string
+		status                 int
+		body                   string
+		want                   string // in the error; "" = valid
+	}{
+		{"a valid job", "GET", "/v1/jobs/j", "application/json", 200, goodJob, ""},
+		{"status of the wrong type", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"status":"running"`, `"status":3`, 1), "status"},
+		{"a status no job has", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"status":"running"`, `"status":"paused"`, 1), "status"},
+		{"a field the description lacks", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `{"job_id"`, `{"surprise":1,"job_id"`, 1), "surprise"},
+		{"steps missing", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"steps":`+steps+`,`, ``, 1), "steps"},
+		{"an undocumented success", "GET", "/v1/jobs/j", "application/json", 201, goodJob, "error"},
+		{"an error without a code", "GET", "/v1/jobs/j", "application/json", 404, `{"error":{"message":"no"}}`, "code"},
+		{"an error in text", "GET", "/v1/jobs/j", "text/plain", 404, "not found", "text/plain"},
+		{"a valid limit error", "POST", "/v1/jobs", "application/json", 429,
+			`{"error":{"code":"limit_exceeded","message":"m","limit":"jobs","max":2,"scope":"tenant"}}`, ""},
+		{"a limit error not naming its limit", "POST", "/v1/jobs", "application/json", 429, `{"error":{"code":"limit_exceeded","message":"m"}}`, "limit"},
+		{"a valid stream", "GET", "/v1/jobs/j/events", "text/event-stream", 200,
+			"retry: 2000\n\nid: 1\nevent: progress\ndata: {\"seq\":1,\"time\":\"2026-01-01T00:00:00.000Z\",\"stage\":\"search\"}\n\n: keep-alive\n\n" +
+				"event: end\ndata: {\"job_id\":\"j\",\"status\":\"succeeded\"}\n\n", ""},
+		{"a stream event without its seq", "GET", "/v1/jobs/j/events", "text/event-stream", 200,
+			"id: 1\nevent: progress\ndata: {\"time\":\"2026-01-01T00:00:00.000Z\"}\n\n", "seq"},
+		{"a stream ending with an unknown status", "GET", "/v1/jobs/j/events", "text/event-stream", 200,
+			"event: end\ndata: {\"job_id\":\"j\",\"status\":\"done\"}\n\n", "status"},
+		{"an unknown route answered 200", "GET", "/v1/nothing", "application/json", 200, `{}`, "matches no operation"},
+		{"a page of jobs with a numeric cursor", "GET", "/v1/jobs", "application/json", 200, `{"jobs":[],"next_cursor":5}`, "next_cursor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got recordFailures
+			h := v.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", tc.ct)
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			}), got.add)
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tc.method, tc.path, nil))
+			err := errors.Join(got.errs...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("a valid response failed: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("a wrong response passed")
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("the failure does not name %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+func ExampleOpenAPI() {
+	fmt.Println(bytes.HasPrefix(api.OpenAPI(), []byte(`{`)))
+	// Output: true
+}
