@@ -127,7 +127,7 @@ function jobPage(id) {
   const status = h('p', { id: 'job-status' });
   const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', text: 'Cancel job' });
   const notes = h('div', { id: 'notes' });
-  const warnings = h('ul', { id: 'warnings' });
+  const warnings = h('ul', { id: 'warnings' }, h('li', { class: 'hint', text: 'None.' }));
   const usage = h('div', { id: 'usage' });
   const log = h('ol', { id: 'event-log', class: 'hint' });
   const report = h('section', { id: 'report', 'aria-label': 'Report' });
@@ -183,7 +183,11 @@ function jobPage(id) {
   function onEvent(ev) {
     if (ev.seq) lastSeq = Math.max(lastSeq, ev.seq);
     if (ev.stage === 'crawl' && ev.total) setBar(ev.current || 0, ev.total);
-    if (ev.status === 'warning' || ev.status === 'error') warnings.append(h('li', { class: ev.status === 'error' ? 'error' : 'warn', text: `${ev.stage || ''}: ${ev.message || ''}` }));
+    // Fallbacks, warnings and errors, in the words of the phase that met them.
+    if (['fallback', 'warning', 'error'].includes(ev.status)) {
+      if (warnings.querySelector('li.hint')) warnings.replaceChildren();
+      warnings.append(h('li', { class: ev.status === 'error' ? 'error' : 'warn', text: `${ev.stage || ''}: ${ev.message || ''}` }));
+    }
     log.append(h('li', { text: `${fmtTime(ev.time)} ${ev.stage || ev.type || ''} ${ev.status || ''} ${ev.message || ''}` }));
     refreshSoon();
   }
