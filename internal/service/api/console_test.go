@@ -52,3 +52,23 @@ func TestConsoleIsServed(t *testing.T) {
 		t.Error("app.js puts the token in a URL or in localStorage")
 	}
 }
+
+// Behind API Gateway the console and the description come from the same
+// handler, through the ApiFunction, on the $default stage and on a named
+// one (whose prefix the page's relative links keep).
+func TestConsoleThroughTheLambda(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ stage, path string }{{"$default", "/"}, {"prod", "/prod/"}, {"prod", "/prod/console/app.js"}, {"$default", "/v1/openapi.json"}} {
+		ev := gatewayEvent(http.MethodGet, tc.path, "", "", "", false)
+		ev.RequestContext.Stage = tc.stage
+		res := e.viaLambda(ev)
+		wantStatus(t, res, http.StatusOK)
+		if res.header.Get("Content-Security-Policy") == "" || len(res.body) == 0 {
+			t.Errorf("%s on %s: %v, %d bytes", tc.path, tc.stage, res.header, len(res.body))
+		}
+	}
+	page := string(e.viaLambda(gatewayEvent(http.MethodGet, "/", "", "", "", false)).body)
+	if strings.Contains(page, `src="/`) || strings.Contains(page, `href="/`) {
+		t.Error("the page links its files by absolute path, which a stage prefix would break")
+	}
+}
