@@ -14,6 +14,8 @@ import (
 
 	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
 	"github.com/sandstep/sandstep/internal/service/api"
+	"github.com/sandstep/sandstep/internal/service/sessions"
+	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
 )
 
@@ -167,4 +169,44 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 func ExampleOpenAPI() {
 	fmt.Println(bytes.HasPrefix(api.OpenAPI(), []byte(`{`)))
 	// Output: true
+}
+
+// The limits the description states are the API's own.
+func TestOpenAPINamesTheAPILimits(t *testing.T) {
+	v, err := apitest.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := v.Document()
+	submit := doc.Components.Schemas["SubmitJob"].Value.Properties
+	if got := submit["query"].Value.MaxLength; got == nil || *got != api.MaxQueryRunes {
+		t.Errorf("query maxLength %v, want %d", got, api.MaxQueryRunes)
+	}
+	if got := submit["seed_urls"].Value.MaxItems; got == nil || *got != api.MaxSeedURLs {
+		t.Errorf("seed_urls maxItems %v, want %d", got, api.MaxSeedURLs)
+	}
+	if got := submit["seed_urls"].Value.Items.Value.MaxLength; got == nil || *got != api.MaxSeedURLBytes {
+		t.Errorf("seed_urls items maxLength %v, want %d", got, api.MaxSeedURLBytes)
+	}
+	if p := submit["job_id"].Value.Pattern; !strings.Contains(p, fmt.Sprintf("{1,%d}", api.MaxJobIDLen)) {
+		t.Errorf("job_id pattern %q, want at most %d characters", p, api.MaxJobIDLen)
+	}
+	limit := doc.Components.Parameters["Limit"].Value.Schema.Value
+	if limit.Max == nil || *limit.Max != store.MaxListPage || limit.Default != float64(api.DefaultListLimit) {
+		t.Errorf("list limit max %v default %v, want %d and %d", limit.Max, limit.Default, store.MaxListPage, api.DefaultListLimit)
+	}
+	events := doc.Components.Parameters["EventLimit"].Value.Schema.Value
+	if events.Max == nil || *events.Max != store.MaxEventPage || events.Default != float64(store.DefaultEventPage) {
+		t.Errorf("event limit max %v default %v, want %d and %d", events.Max, events.Default, store.MaxEventPage, store.DefaultEventPage)
+	}
+	var langs []string
+	for _, l := range doc.Components.Schemas["RunRequest"].Value.Properties["language"].Value.Enum {
+		langs = append(langs, l.(string))
+	}
+	slices.Sort(langs)
+	want := slices.Clone(sessions.Languages)
+	slices.Sort(want)
+	if !slices.Equal(langs, want) {
+		t.Errorf("languages %v, want %v", langs, want)
+	}
 }

@@ -86,6 +86,9 @@ func MuxPath(path string) string {
 	return path
 }
 
+// Document is the description, loaded.
+func (v *Validator) Document() *openapi3.T { return v.doc }
+
 // Operations lists the document's operations as ServeMux patterns
 // ("GET /v1/jobs/{id}", "GET /{$}").
 func (v *Validator) Operations() []string {
