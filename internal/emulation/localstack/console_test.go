@@ -343,3 +343,51 @@ func TestConsoleInABrowser(t *testing.T) {
 	}
 	s.noLiveSandboxes(t, "console-2")
 }
+
+// The console's Sessions page runs code in a session, in the language
+// picked, shows the output (also of a run that outlasts the server's sync
+// wait, which it polls), the session's expiry, and deletes it.
+func TestConsoleSessionsInABrowser(t *testing.T) {
+	b := newBrowser(t)
+	s := newStackWith(t, stackOpts{allowPrivate: []string{"127.0.0.1:1"}, config: "[sessions]\nenabled = true\nsync_wait = \"1s\"\n"})
+	b.do("sign in and open Sessions",
+		chromedp.Navigate(s.srv.URL+"/#/sessions"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#run-form")))
+	if unlabeled := eval[[]string](b, `[...document.querySelectorAll('input,select,textarea')].filter(e => !e.labels || !e.labels.length).map(e => e.id)`); len(unlabeled) > 0 {
+		t.Errorf("controls without a label: %v", unlabeled)
+	}
+	b.do("run python",
+		chromedp.SetValue(chromedp.CSS("#sid"), "console-s1"),
+		chromedp.SetValue(chromedp.CSS("#language"), "python"),
+		chromedp.SendKeys(chromedp.CSS("#code"), "print(6 * 7)\n"),
+		chromedp.Click(chromedp.CSS("#run-form button[type=submit]")))
+	b.until("its output", `document.querySelector('#output').textContent.includes('status: succeeded') && document.querySelector('#output').textContent.includes('42')`, 2*time.Minute)
+	b.until("the session's expiry", `[...document.querySelectorAll('#session-info dt')].some(dt => dt.textContent === 'Expires' && dt.nextElementSibling.textContent !== '—')`, 30*time.Second)
+	b.shot("session-python")
+	// The list names the session, legibly: dark on light.
+	b.until("the session listed", `[...document.querySelectorAll('#session-list button')].some(x => x.textContent === 'console-s1')`, 30*time.Second)
+	if c := eval[string](b, `getComputedStyle(document.querySelector('#session-list button')).color`); c == "rgb(255, 255, 255)" {
+		t.Errorf("the session list's buttons are white on white")
+	}
+	// A run past the sync wait answers 202; the page polls it to its end.
+	b.do("run shell past the sync wait",
+		chromedp.SetValue(chromedp.CSS("#language"), "shell"),
+		chromedp.SetValue(chromedp.CSS("#code"), "sleep 2; echo late >&2; echo done"),
+		chromedp.Click(chromedp.CSS("#run-form button[type=submit]")))
+	b.until("the long run's output", `document.querySelector('#output').textContent.includes('--- stdout\ndone') && document.querySelector('#output').textContent.includes('--- stderr\nlate')`, 2*time.Minute)
+	b.shot("session-shell")
+	b.do("delete", chromedp.Click(chromedp.CSS("#run-form button.danger")))
+	b.until("the session deleted", `[...document.querySelectorAll('#session-info dd')].some(dd => dd.textContent === 'deleted' || dd.textContent === 'deleting')`, time.Minute)
+	_, ss := s.do(t, "GET", "/v1/sessions?limit=10", nil)
+	if list, _ := ss["sessions"].([]any); len(list) != 1 {
+		t.Errorf("sessions: %v", ss)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errs {
+		t.Errorf("browser: %s", e)
+	}
+}
