@@ -128,6 +128,7 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 		{"status of the wrong type", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"status":"running"`, `"status":3`, 1), "status"},
 		{"a status no job has", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"status":"running"`, `"status":"paused"`, 1), "status"},
 		{"a field the description lacks", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `{"job_id"`, `{"surprise":1,"job_id"`, 1), "surprise"},
+		{"a time that is no date-time", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"created_at":"2026-01-01T00:00:00.000Z"`, `"created_at":"yesterday"`, 1), "created_at"},
 		{"steps missing", "GET", "/v1/jobs/j", "application/json", 200, strings.Replace(goodJob, `"steps":`+steps+`,`, ``, 1), "steps"},
 		{"an undocumented success", "GET", "/v1/jobs/j", "application/json", 201, goodJob, "error"},
 		{"an error without a code", "GET", "/v1/jobs/j", "application/json", 404, `{"error":{"message":"no"}}`, "code"},
