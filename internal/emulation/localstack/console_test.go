@@ -53,10 +53,13 @@ func newBrowser(t *testing.T) *browser {
 	if !testbin.HaveTool(t, "chromium", "chromium") {
 		t.Skip("chromium is missing (Debian package chromium)")
 	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath("chromium"), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.WindowSize(1280, 1000),
-		chromedp.UserDataDir(t.TempDir()))
+	// chromedp's defaults turn off the browser's own traffic (updates,
+	// safe browsing, sync): the test talks to 127.0.0.1 only.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath("chromium"), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 1000), chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("no-pings", true))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	b := &browser{t: t, ctx: ctx, dir: consoleArtifacts(t)}

@@ -3,10 +3,14 @@ package api_test
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -209,5 +213,82 @@ func TestOpenAPINamesTheAPILimits(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(langs, want) {
 		t.Errorf("languages %v, want %v", langs, want)
+	}
+}
+
+var mergeOpenAPI = flag.Bool("merge-openapi", false, "fold the openapi.*.json fragments into openapi.json and write it in its canonical form")
+
+// TestOpenAPIFragmentsAreMerged: a branch that adds routes brings
+// openapi.<area>.json, a fragment of the description; until it is folded
+// into openapi.json this fails and says how:
+//
+//	go test ./internal/service/api -run TestOpenAPIFragmentsAreMerged -args -merge-openapi
+//
+// which deep-merges every fragment (objects member by member, string lists
+// as unions, the fragment winning elsewhere, each such conflict logged)
+// and rewrites openapi.json canonically. The other OpenAPI tests then check
+// the result against the handler and template.yaml.
+func TestOpenAPIFragmentsAreMerged(t *testing.T) {
+	raw, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := apitest.DecodeJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	frags, err := filepath.Glob("openapi.*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := spec
+	for _, f := range frags {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frag, err := apitest.DecodeJSON(b)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		merged = apitest.Merge(merged, frag, func(s string) { t.Logf("%s: %s", f, s) })
+	}
+	if *mergeOpenAPI {
+		out, err := apitest.Canonical(merged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("openapi.json", out, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("merged %v into openapi.json (%d bytes)", frags, len(out))
+		return
+	}
+	if !reflect.DeepEqual(merged, spec) {
+		t.Errorf("openapi.json lacks what %v add: go test ./internal/service/api -run TestOpenAPIFragmentsAreMerged -args -merge-openapi", frags)
+	}
+	canon, err := apitest.Canonical(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(canon, raw) {
+		t.Errorf("openapi.json is not in its canonical form (one member per line, keys sorted): the same command rewrites it")
+	}
+}
+
+func TestOpenAPIMerge(t *testing.T) {
+	base, _ := apitest.DecodeJSON([]byte(`{"paths":{"/a":{"get":{"x":1}}},"components":{"schemas":{"Job":{"required":["a"],"properties":{"a":{}}}}}}`))
+	frag, _ := apitest.DecodeJSON([]byte(`{"paths":{"/b":{"get":{}}},"components":{"schemas":{"Job":{"required":["usage"],"properties":{"usage":{"type":"object"}}}}}}`))
+	var notes []string
+	got, _ := apitest.Canonical(apitest.Merge(base, frag, func(s string) { notes = append(notes, s) }))
+	want := "{\n\"components\":{\n\"schemas\":{\n\"Job\":{\n\"properties\":{\n\"a\":{},\n\"usage\":{\n\"type\":\"object\"\n}\n},\n\"required\":[\n\"a\",\n\"usage\"\n]\n}\n}\n},\n" +
+		"\"paths\":{\n\"/a\":{\n\"get\":{\n\"x\":1\n}\n},\n\"/b\":{\n\"get\":{}\n}\n}\n}\n"
+	if string(got) != want || len(notes) != 0 {
+		t.Errorf("merged:\n%s\nnotes %v", got, notes)
+	}
+	conflict, _ := apitest.DecodeJSON([]byte(`{"paths":{"/a":{"get":{"x":2}}}}`))
+	apitest.Merge(base, conflict, func(s string) { notes = append(notes, s) })
+	if len(notes) != 1 || !strings.Contains(notes[0], "/paths/a/get/x") && !strings.Contains(notes[0], "/paths//a/get/x") {
+		t.Errorf("conflict notes %v", notes)
 	}
 }
