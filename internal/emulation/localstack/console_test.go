@@ -394,3 +394,38 @@ func TestConsoleSessionsInABrowser(t *testing.T) {
 		t.Errorf("browser: %s", e)
 	}
 }
+
+// Where the server does not stream (the ApiFunction behind API Gateway
+// answers every request whole, and so JSON to an event-stream Accept), the
+// console reads the job's events page by page instead, and misses none.
+func TestConsolePollsWhereTheServerDoesNotStream(t *testing.T) {
+	b := newBrowser(t)
+	var (
+		mu      sync.Mutex
+		streams int
+	)
+	s := newStackWith(t, stackOpts{allowPrivate: []string{"127.0.0.1:1"}, seen: func(r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/events") && r.Header.Get("Accept") == "text/event-stream" {
+			mu.Lock()
+			streams++
+			mu.Unlock()
+			// As a host that buffers: the handler is asked for JSON.
+			r.Header.Set("Accept", "application/json")
+		}
+	}})
+	s.submit(t, "console-poll")
+	b.do("sign in and open the job",
+		chromedp.Navigate(s.srv.URL+"/#/jobs/console-poll"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")))
+	b.until("every step complete", stepsAre("complete")+` && document.querySelector('#job-status .badge').textContent === 'succeeded'`, 3*time.Minute)
+	want := len(s.events(t, "console-poll"))
+	b.until("every event shown once", fmt.Sprintf(`document.querySelectorAll('#event-log li:not(.warn)').length === %d`, want), time.Minute)
+	b.shot("job-polled")
+	mu.Lock()
+	defer mu.Unlock()
+	if streams != 1 {
+		t.Errorf("%d stream requests; the console should ask once and then poll", streams)
+	}
+}
