@@ -175,6 +175,20 @@ func Validate(t testing.TB, h http.Handler) http.Handler {
 	return v.Middleware(h, func(err error) { t.Errorf("OpenAPI: %v", err) })
 }
 
+// CheckResponse checks one response given otherwise than through a test
+// server (a Lambda's answer to an API Gateway event) against the API's
+// description; a mismatch fails t.
+func CheckResponse(t testing.TB, req *http.Request, status int, header http.Header, body []byte) {
+	t.Helper()
+	v, err := Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Check(req, status, header, body); err != nil {
+		t.Errorf("OpenAPI: %v\n  body: %.600s", err, body)
+	}
+}
+
 // Middleware wraps h so that fail hears of every response that does not
 // match the description.
 func (v *Validator) Middleware(h http.Handler, fail func(error)) http.Handler {
