@@ -297,6 +297,11 @@ func TestConsoleInABrowser(t *testing.T) {
 	if still := eval[string](b, `location.hash`); still != "#/jobs/console-1" {
 		t.Errorf("a citation click navigated to %q", still)
 	}
+	// With the keyboard too: Enter on the last citation moves the focus to
+	// its source.
+	last := eval[int](b, `(() => { const c = [...document.querySelectorAll('#report-body a.cite')].pop(); c.focus(); return Number(c.dataset.n); })()`)
+	b.do("press Enter on a citation", chromedp.KeyEvent("\r"))
+	b.until("the focus on its source", fmt.Sprintf(`document.activeElement && document.activeElement.id === 'src-%d'`, last), 10*time.Second)
 	b.shot("job-1-citation")
 	// The source's link opens the source page, in a new tab.
 	opened := chromedp.WaitNewTarget(b.ctx, func(info *target.Info) bool { return info.URL == srcURL })
