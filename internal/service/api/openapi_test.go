@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -291,4 +292,34 @@ func TestOpenAPIMerge(t *testing.T) {
 	if len(notes) != 1 || !strings.Contains(notes[0], "/paths/a/get/x") && !strings.Contains(notes[0], "/paths//a/get/x") {
 		t.Errorf("conflict notes %v", notes)
 	}
+}
+
+// BenchmarkOpenAPICheck is what validating one answer costs the tests: a
+// job's status checked against the description, next to decoding the same
+// body as JSON (the baseline).
+func BenchmarkOpenAPICheck(b *testing.B) {
+	v, err := apitest.Spec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"crawl","label":"s","status":"complete","current":3,"total":3},`, 8), ",") + `]`
+	body := []byte(`{"job_id":"j","status":"succeeded","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
+		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":["http_mode"],"cancel_requested":false}`)
+	header := http.Header{"Content-Type": {"application/json; charset=utf-8"}}
+	req := httptest.NewRequest(http.MethodGet, "/v1/jobs/j", nil)
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			var m map[string]any
+			if err := json.Unmarshal(body, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("validate", func(b *testing.B) {
+		for b.Loop() {
+			if err := v.Check(req, http.StatusOK, header, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
