@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
 )
@@ -142,7 +143,7 @@ func newEnv(t *testing.T, streaming, cutFirstStream bool) *testEnv {
 		Streaming:    streaming,
 		PollInterval: 20 * time.Millisecond,
 	})}
-	srv := httptest.NewServer(e.proxy)
+	srv := httptest.NewServer(apitest.Validate(t, e.proxy))
 	t.Cleanup(srv.Close)
 	e.url = srv.URL
 	return e

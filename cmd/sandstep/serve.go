@@ -82,6 +82,7 @@ func printBanner(w io.Writer, srv *localServer) {
 	default:
 		fmt.Fprintf(w, "  or: %s=$%s bin/sandstep research \"what is bubblewrap\"\n", envToken, env)
 	}
+	fmt.Fprintf(w, "web console: %s/ (sign in with the token; the API's description is %s/v1/openapi.json)\n", srv.url, srv.url)
 	if srv.url != "http://"+dialAddr(srv.cfg.Server.Addr) {
 		// Client commands look for the server at [server] addr.
 		fmt.Fprintf(w, "client commands: export %s=%s (this server does not listen on [server] addr)\n", envServer, srv.url)

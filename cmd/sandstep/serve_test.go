@@ -191,6 +191,7 @@ sha256 = %q
 	s := startServe(t, cfg)
 	banner := s.stdout.String()
 	if !strings.Contains(banner, `dev token: off ([auth] dev_token_env = ""); callers use the 1 issued token of [[auth.tokens]]`) ||
+		!strings.Contains(banner, "web console: http://") ||
 		strings.Contains(banner, "sdt_") || strings.Contains(banner, "set  to") || strings.Contains(banner, "tenant dev") {
 		t.Errorf("banner:\n%s", banner)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -67,7 +68,7 @@ sync_wait = "1s"
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(stack.Handler)
+	srv := httptest.NewServer(apitest.Validate(t, stack.Handler))
 	t.Cleanup(func() {
 		srv.Close()
 		if err := stack.Shutdown(context.Background()); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
@@ -196,6 +197,12 @@ func (e *lambdaEnv) call(t *testing.T, method, path, body string, want int) map[
 	if res.StatusCode != want {
 		t.Fatalf("%s %s = %d, want %d: %s", method, path, res.StatusCode, want, res.Body)
 	}
+	// The ApiFunction's answers are the API's: checked against openapi.json.
+	header := http.Header{}
+	for k, v := range res.Headers {
+		header.Set(k, v)
+	}
+	apitest.CheckResponse(t, httptest.NewRequest(method, path, nil), res.StatusCode, header, []byte(res.Body))
 	var m map[string]any
 	if err := json.Unmarshal([]byte(res.Body), &m); err != nil {
 		t.Fatalf("%s %s: %v: %s", method, path, err, res.Body)

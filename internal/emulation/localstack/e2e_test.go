@@ -21,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
@@ -94,6 +95,10 @@ type stackOpts struct {
 	allowPrivate []string
 	// dnsServers is [provider.local] dns_servers.
 	dnsServers []string
+	// server is more of [server] (TOML lines).
+	server string
+	// seen, when set, sees every request the API gets.
+	seen func(*http.Request)
 }
 
 // allowSites lists the hosts of fixture sites as allow_private entries.
@@ -130,6 +135,7 @@ func newStackWith(t testing.TB, o stackOpts) *stack {
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
+%s
 [provider]
 name = %q
 plugin_dir = %q
@@ -148,7 +154,7 @@ dev_token_env = ""
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, dir, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
+`, dir, o.server, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +177,13 @@ searxng_url = %q
 	}
 	// Providers that cannot mount the crawler get it uploaded from here.
 	s.App.Phases.CrawlerBinary = filepath.Join(toolsDir, "sandstep-crawler")
-	srv := httptest.NewServer(s.Handler)
+	// Every answer a test gets is checked against openapi.json.
+	h := apitest.Validate(t, s.Handler)
+	if o.seen != nil {
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { o.seen(r); inner.ServeHTTP(w, r) })
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -78,6 +78,9 @@ const defaultPollInterval = 500 * time.Millisecond
 type server struct {
 	opts Options
 	log  *slog.Logger
+	// patterns are the routes registered, in order: the spec's drift test
+	// compares them with openapi.json and template.yaml.
+	patterns []string
 }
 
 // New returns the API handler: the routes on a ServeMux, each wrapped in
@@ -100,6 +103,13 @@ func New(opts Options) http.Handler {
 	}
 	s := &server{opts: opts, log: opts.Logger}
 	mux := http.NewServeMux()
+	s.register(mux)
+	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))
+}
+
+// register puts every route on mux. Each is described in openapi.json and,
+// for API Gateway, in template.yaml (TestOpenAPIDescribesEveryRoute).
+func (s *server) register(mux *http.ServeMux) {
 	// A GET route answers HEAD too; ServeMux sees to that.
 	s.handle(mux, "GET /healthz", s.healthz, public)
 	s.handle(mux, "POST /v1/jobs", s.submit)
@@ -111,7 +121,7 @@ func New(opts Options) http.Handler {
 	s.handle(mux, "GET /v1/providers", s.providers)
 	s.sessionRoutes(mux)
 	s.toolRoutes(mux)
-	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))
+	s.consoleRoutes(mux)
 }
 
 // healthz answers whether the store answers, with the cheapest read there is:

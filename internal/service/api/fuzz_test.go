@@ -23,7 +23,7 @@ func FuzzSubmit(f *testing.F) {
 		req.Header.Set("Authorization", "Bearer "+tokenAcme)
 		req.Header.Set("Content-Type", contentType)
 		rec := httptest.NewRecorder()
-		e.handler.ServeHTTP(rec, req)
+		apitest.Validate(t, e.handler).ServeHTTP(rec, req)
 		m := apitest.CheckAnswer(t, rec, "POST /v1/jobs")
 		if rec.Code >= 400 {
 			// A field named is one of the request's, or a key the client
@@ -97,7 +97,7 @@ func FuzzQuery(f *testing.F) {
 			req.Header.Set("Last-Event-ID", lastEventID)
 		}
 		rec := httptest.NewRecorder()
-		e.handler.ServeHTTP(rec, req)
+		apitest.Validate(t, e.handler).ServeHTTP(rec, req)
 		apitest.CheckAnswer(t, rec, "GET "+path+"?"+rawQuery)
 	})
 }

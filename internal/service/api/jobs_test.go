@@ -408,7 +408,7 @@ func TestReport(t *testing.T) {
 			{N: 2, URL: "https://example.org/b", FinalURL: "https://example.org/b", Title: "B", Mode: "snippet", Chars: 4},
 		},
 		NotUsed:   []report.NotUsed{{URL: "https://example.net/c", N: 3, Reason: "challenge", Message: "an anti-bot challenge page"}},
-		Citations: report.Citations{Total: 2, Supported: 1, Unsupported: 1, Accuracy: &acc, Flagged: []report.Flag{{Sentence: "x [2].", Cited: []int{2}, Why: []string{"low_support"}}}},
+		Citations: report.Citations{Total: 2, Supported: 1, Unsupported: 1, Accuracy: &acc, Flagged: []report.Flag{{Sentence: "x [2].", Cited: []int{2}, Why: []string{"low_support"}, Action: "annotated"}}},
 	})
 	if err := e.store.WriteReport(ctx, acmeKey("r-1"), store.Report{Markdown: md, Complete: true, Details: details}); err != nil {
 		t.Fatal(err)
@@ -487,7 +487,8 @@ func TestProviders(t *testing.T) {
 
 func TestRoutes(t *testing.T) {
 	e := newEnv(t)
-	for _, path := range []string{"/", "/v1", "/v1/jobs/x/y", "/v2/jobs", "/v1/jobs/x/events/", "/v1/jobs//events"} {
+	// "/" is the console (console_test.go).
+	for _, path := range []string{"/v1", "/v1/jobs/x/y", "/v2/jobs", "/v1/jobs/x/events/", "/v1/jobs//events"} {
 		wantError(t, e.get(path, tokenAcme), http.StatusNotFound, "not_found", "")
 	}
 	for _, tc := range []struct{ method, path, allow string }{

@@ -21,6 +21,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
@@ -158,8 +159,10 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 	if sc == (config.ServerConfig{}) {
 		sc = config.DefaultServer()
 	}
-	e.srv = httptest.NewUnstartedServer(e.handler)
-	e.srv.Config = api.NewServer(e.handler, sc, opts.Logger)
+	// Every answer a test gets is checked against openapi.json.
+	validated := apitest.Validate(t, e.handler)
+	e.srv = httptest.NewUnstartedServer(validated)
+	e.srv.Config = api.NewServer(validated, sc, opts.Logger)
 	e.srv.Start()
 	t.Cleanup(e.srv.Close)
 	return e

@@ -90,6 +90,7 @@ func (s *server) handle(mux *http.ServeMux, pattern string, h handlerFunc, opts 
 		next = s.authenticate(next)
 	}
 	mux.Handle(pattern, s.guardBody(rt, next))
+	s.patterns = append(s.patterns, pattern)
 }
 
 // answer runs a route and writes the error it returns.
@@ -202,9 +203,12 @@ func (s *server) routeErrors(mux *http.ServeMux) http.Handler {
 // id to refuse as such (400 naming it, or a job not found), not a step up
 // to another route. Such segments are handed to the mux escaped, so that
 // it matches them as they are. A path with an empty segment ("//", a
-// trailing "/") is no route's.
+// trailing "/") is no route's, except "/" itself.
 func literalPath(r *http.Request) (*http.Request, bool) {
 	p := r.URL.EscapedPath()
+	if p == "/" {
+		return r, true // the console
+	}
 	if !strings.HasPrefix(p, "/") {
 		return r, false
 	}

@@ -22,7 +22,7 @@ func FuzzRun(f *testing.F) {
 		req.Header.Set("Authorization", "Bearer "+tokenAcme)
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		apitest.Validate(t, h).ServeHTTP(rec, req)
 		m := apitest.CheckAnswer(t, rec, "POST /v1/sessions/fuzz/run")
 		if rec.Code == http.StatusOK || rec.Code == http.StatusAccepted {
 			if m["run_id"] == nil || m["session_id"] != "fuzz" || m["status"] == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
@@ -211,7 +212,7 @@ enabled = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, stack: s, srv: httptest.NewServer(s.Handler), db: ec.db, st: st, logs: logs, dir: ec.dir, cfg: cfg}
+	e := &env{t: t, stack: s, srv: httptest.NewServer(apitest.Validate(t, s.Handler)), db: ec.db, st: st, logs: logs, dir: ec.dir, cfg: cfg}
 	t.Cleanup(e.close)
 	return e
 }
