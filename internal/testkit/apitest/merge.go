@@ -13,6 +13,12 @@ import (
 // brings a fragment of it, openapi.<area>.json ({"paths": {...},
 // "components": {...}}), which Merge folds in. The file is kept in one
 // form, Canonical's, so that merges and diffs are line by line.
+//
+// A fragment's author should know one quirk of kin-openapi v0.153.0: a
+// response schema that reaches a "$ref" and uses no JSON Schema 2020-12
+// keyword (a type list, const, prefixItems...) is checked by its OpenAPI 3.0
+// rules, where a field with no type refuses null. Inline small objects, or
+// give a field that may be null its type list.
 
 // DecodeJSON reads a JSON document with its numbers as written.
 func DecodeJSON(b []byte) (any, error) {
