@@ -135,13 +135,15 @@ searxng_url = %q
 // world is a data dir and everything around the server that outlives its
 // restarts: the fake search engine, the fault controller, the fixture web.
 type world struct {
-	t      testing.TB
-	dir    string
-	addr   string
-	logs   string // the servers' stderr, one file per start
-	search *searx
-	faults *controller
-	cfg    string // config file
+	t    testing.TB
+	dir  string
+	addr string
+	// rebinds counts the starts that found addr taken and moved.
+	rebinds int
+	logs    string // the servers' stderr, one file per start
+	search  *searx
+	faults  *controller
+	cfg     string // config file
 	// template is the template.yaml the server reads ("" = the
 	// repository's).
 	template string
@@ -165,12 +167,7 @@ func newWorld(t testing.TB) *world {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.addr = ln.Addr().String()
-	ln.Close()
+	w.addr = freeAddr(t)
 	w.search = newSearx(t)
 	w.faults = newController(t)
 	t.Cleanup(w.close)
@@ -269,6 +266,14 @@ func (w *world) start() *server {
 	case ok := <-ready:
 		if !ok {
 			<-s.done
+			// The address was free when chosen; on a machine running
+			// other tests something may take it before a restart binds it
+			// again. The clients read w.addr, so a new one serves them.
+			if log := tail(logPath); strings.Contains(log, "address already in use") && w.rebinds < 3 {
+				w.rebinds++
+				w.addr = freeAddr(w.t)
+				return w.start()
+			}
 			w.t.Fatalf("sandstep serve exited before serving (%v); its log:\n%s", cmd.ProcessState, tail(logPath))
 		}
 	case <-time.After(3 * time.Minute):
@@ -285,6 +290,16 @@ func (w *world) start() *server {
 	w.srv = s
 	w.mu.Unlock()
 	return s
+}
+
+// freeAddr is a 127.0.0.1 address no one listens on now.
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // kill sends SIGKILL to the server and waits until it and every process it
