@@ -440,6 +440,10 @@ func (c *Client) DeleteSnapshot(ctx context.Context, slug string) error {
 	return c.call(ctx, "delete snapshot", true, func(p *grpcClient) error { return p.DeleteSnapshot(ctx, slug) })
 }
 
+func (c *Client) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
+	return callValue(ctx, c, "list snapshots", true, func(p *grpcClient) ([]providers.Snapshot, error) { return p.ListSnapshots(ctx, labels) })
+}
+
 func (c *Client) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {
 	return callValue(ctx, c, "create volume", true, func(p *grpcClient) (providers.Volume, error) { return p.CreateVolume(ctx, spec) })
 }
