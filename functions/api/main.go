@@ -47,7 +47,7 @@ func newFunction(ctx context.Context) (*function, error) {
 	}
 	// Once per execution environment, so warm invocations reuse the plugin;
 	// a failed init is retried by Lambda with a fresh environment.
-	prov, err := providerhost.Open(ctx, a.Config, "", a.Logger)
+	prov, err := providerhost.OpenIn(ctx, a.Config, "", a.Logger, providerhost.LambdaSecrets(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,9 @@
 // It reads the environment itself rather than through the SDK's config
 // module, whose shared files, SSO and IMDS support add megabytes to every
 // Lambda bootstrap and which a Lambda never uses. For the same reason the
-// two small JSON APIs sandstep calls besides DynamoDB (Step Functions and
-// Lambda Invoke) are signed and sent by Client instead of SDK service
-// clients.
+// small JSON APIs sandstep calls besides DynamoDB (Step Functions, Lambda
+// Invoke, Secrets Manager's GetSecretValue and SSM's GetParameter) are
+// signed and sent by Client instead of SDK service clients.
 package awsenv
 
 import (
@@ -52,6 +52,10 @@ var (
 	DynamoDB      = Service{EnvID: "DYNAMODB", SigningName: "dynamodb"}
 	StepFunctions = Service{EnvID: "SFN", SigningName: "states"}
 	Lambda        = Service{EnvID: "LAMBDA", SigningName: "lambda"}
+	// The secret stores config.toml's *_env keys may name
+	// (internal/service/secrets).
+	SecretsManager = Service{EnvID: "SECRETS_MANAGER", SigningName: "secretsmanager"}
+	SSM            = Service{EnvID: "SSM", SigningName: "ssm"}
 )
 
 // Env is the AWS configuration of a process. Its endpoints come from the
