@@ -104,12 +104,17 @@ type ProviderConfig struct {
 	// its reaper touches only what carries it. In AWS the stack name
 	// replaces it (SANDSTEP_DEPLOYMENT, set by template.yaml).
 	Deployment string `toml:"deployment"`
+	// SecretRefresh is how often the provider's secrets are read again
+	// (a rotated key reaches the running plugin); 0 reads them once, when
+	// the process starts (a Lambda's init).
+	SecretRefresh Duration `toml:"secret_refresh"`
 }
 
 func (p *ProviderConfig) setDefaults() {
 	p.Name = "local"
 	p.PluginDir = "bin/plugins"
 	p.Deployment = "local"
+	p.SecretRefresh = 0
 }
 
 // deploymentID keeps a deployment id usable as a label value at every
@@ -134,6 +139,9 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 	}
 	if err := CheckDeployment(p.Deployment); err != nil {
 		r.add("provider.deployment", "provider.deployment: %v", err)
+	}
+	if p.SecretRefresh < 0 {
+		r.add("provider.secret_refresh", "provider.secret_refresh: must be 0s or more, not %s", p.SecretRefresh)
 	}
 	if p.PluginDir == "" {
 		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")

@@ -47,7 +47,7 @@ func newFunction(ctx context.Context) (*function, error) {
 	}
 	// Once per execution environment, so warm invocations reuse the plugin;
 	// a failed init is retried by Lambda with a fresh environment.
-	prov, err := providerhost.OpenIn(ctx, a.Config, "", a.Logger, providerhost.LambdaSecrets(ctx))
+	prov, err := providerhost.OpenIn(ctx, a.Config, "", a.Logger, providerhost.LambdaSecrets(ctx, a.Config))
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 	"github.com/sandstep/sandstep/internal/testkit/fakesecrets"
@@ -110,5 +113,73 @@ func TestMissingSecretFailsInit(t *testing.T) {
 		if logs := e.logs(); strings.Contains(logs, sandyKey) {
 			t.Errorf("%s: the key is in the logs:\n%s", ref, logs)
 		}
+	}
+}
+
+// rotatingSandy is the fake Sandy behind a door that admits only the
+// current key, which a test rotates as Secrets Manager's rotation would.
+type rotatingSandy struct {
+	mu  sync.Mutex
+	key string
+	h   http.Handler
+}
+
+func (s *rotatingSandy) rotate(key string) { s.mu.Lock(); s.key = key; s.mu.Unlock() }
+
+func (s *rotatingSandy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	ok := r.Header.Get("Authorization") == "Bearer "+s.key
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, `{"error":"unauthorized"}`, http.StatusUnauthorized)
+		return
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+// With [provider] secret_refresh set, a key rotated in Secrets Manager
+// reaches the running provider without a new execution environment; until
+// the next read the old key is used (the value is cached), and neither key
+// is ever logged.
+func TestRotatedKeyReachesTheProvider(t *testing.T) {
+	fs, err := fakesandy.New(fakesandy.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	door := &rotatingSandy{key: sandyKey, h: fs}
+	srv := httptest.NewServer(door)
+	t.Cleanup(srv.Close)
+	stores := fakesecrets.New()
+	t.Cleanup(stores.Close)
+	stores.PutSecret("sandstep/sandy", sandyKey)
+	const rotated = "sandy-live-ROTATED-0b1c2d3e4f5a6b7c8d9e0f1a"
+
+	edit := sandyWith(t, srv.URL, "secretsmanager:sandstep/sandy")
+	e := newLambdaEnv(t, func(raw []byte) []byte {
+		return replaceLine(t, edit(raw), `secret_refresh = "0s"`, `secret_refresh = "1s"`)
+	}, map[string]string{"AWS_ENDPOINT_URL": stores.URL, "SANDY_API_KEY": ""})
+	if _, err := e.fn.provider.Get(e.ctx, "sbx-none"); !providers.IsNotFound(err) {
+		t.Fatalf("before the rotation: %v, want NotFound", err)
+	}
+	stores.PutSecret("sandstep/sandy", rotated)
+	door.rotate(rotated)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := e.fn.provider.Get(e.ctx, "sbx-none")
+		if providers.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rotated key did not reach the provider: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs := e.logs()
+	if strings.Contains(logs, sandyKey) || strings.Contains(logs, rotated) {
+		t.Fatalf("a key is in the logs:\n%s", logs)
+	}
+	if !strings.Contains(logs, "provider secrets changed") {
+		t.Fatalf("the refresh was not logged:\n%s", logs)
 	}
 }

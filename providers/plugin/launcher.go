@@ -358,6 +358,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Closed reports whether Close was called.
+func (c *Client) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Configure replaces the configuration the plugin runs with; a restarted
 // plugin gets the latest one.
 func (c *Client) Configure(ctx context.Context, cfg providers.Config) error {
