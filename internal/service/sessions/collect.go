@@ -19,8 +19,10 @@ import (
 // off, every dependency snapshot of the deployment is unneeded, and each
 // goes snapshot_grace after it was built.
 //
-// It needs a provider that lists snapshots and sandboxes (without the
-// latter it cannot tell a snapshot in use); for others it does nothing.
+// It needs a provider that lists snapshots; for others it does nothing.
+// Which snapshots are in use the ledger says (every session sandbox's
+// entry names its snapshot and is written before the create), and the
+// provider's list of sandboxes too where it can list them.
 // A run that races a deletion (its sandbox's create finds the snapshot
 // gone) builds the snapshot again and starts from it: it never runs
 // without its dependencies.
@@ -32,7 +34,7 @@ func (s *Service) CollectSnapshots(ctx context.Context, now time.Time) (int, err
 	if err != nil {
 		return 0, err
 	}
-	if !caps.Snapshots || !caps.ListSnapshots || !caps.ListByLabels {
+	if !caps.Snapshots || !caps.ListSnapshots {
 		return 0, nil
 	}
 	snaps, err := s.prov.ListSnapshots(ctx, snapshotLabels(s.deployment))
@@ -71,7 +73,7 @@ func (s *Service) CollectSnapshots(ctx context.Context, now time.Time) (int, err
 	// Read after the snapshots: a sandbox created since from one of them
 	// is in this list, or its create finds the snapshot gone and builds
 	// it again.
-	inUse, err := s.snapshotsInUse(ctx)
+	inUse, err := s.snapshotsInUse(ctx, caps.ListByLabels)
 	if err != nil {
 		return 0, err
 	}
@@ -103,15 +105,17 @@ const LabelFromSnapshot = "sandstep.from-snapshot"
 // began its create after both were read, and its run checks once the
 // create answered that the snapshot is still there, building it again
 // otherwise (createSandbox).
-func (s *Service) snapshotsInUse(ctx context.Context) (map[string]bool, error) {
-	list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelOwner: "sandstep"}})
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", s.hide(err))
-	}
+func (s *Service) snapshotsInUse(ctx context.Context, canList bool) (map[string]bool, error) {
 	used := map[string]bool{}
-	for _, sb := range list {
-		if sb.Snapshot != "" && (sb.State == providers.StateRunning || sb.State == "") {
-			used[sb.Snapshot] = true
+	if canList {
+		list, err := s.prov.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelOwner: "sandstep"}})
+		if err != nil {
+			return nil, fmt.Errorf("list sandboxes: %w", s.hide(err))
+		}
+		for _, sb := range list {
+			if sb.Snapshot != "" && (sb.State == providers.StateRunning || sb.State == "") {
+				used[sb.Snapshot] = true
+			}
 		}
 	}
 	live, err := s.st.LedgerListLive(ctx, time.Now().AddDate(100, 0, 0), 0)

@@ -121,6 +121,26 @@ func TestChangedDependenciesLeaveOneSnapshot(t *testing.T) {
 // and once the old sessions are gone the snapshot goes too. A run whose
 // sandbox create finds its snapshot deleted builds it again.
 func TestSnapshotInUseIsNeverCollected(t *testing.T) {
+	t.Run("listing sandboxes", func(t *testing.T) { snapshotInUse(t, false) })
+	// A provider that cannot list sandboxes: the ledger alone says which
+	// snapshot a sandbox uses.
+	t.Run("ledger only", func(t *testing.T) { snapshotInUse(t, true) })
+}
+
+// noList is the local provider as one that cannot list sandboxes.
+type noList struct{ providers.Provider }
+
+func (p noList) Info(ctx context.Context) (providers.Info, error) {
+	info, err := p.Provider.Info(ctx)
+	info.Capabilities.ListByLabels = false
+	return info, err
+}
+
+func (p noList) List(context.Context, providers.ListFilter) ([]providers.Sandbox, error) {
+	return nil, providers.Errorf(providers.Unsupported, "list", "this provider cannot list")
+}
+
+func snapshotInUse(t *testing.T, ledgerOnly bool) {
 	pkgA := fixturePackage(t, "sandstep-fixture-a")
 	pkgB := fixturePackage(t, "sandstep-fixture-b")
 	e := newEnv(t, envConfig{deps: depsTable(pkgB), sessions: `snapshot_grace = "1m"`})
@@ -135,7 +155,22 @@ func TestSnapshotInUseIsNeverCollected(t *testing.T) {
 	slug := old.SnapshotSlug()
 	// Past the grace period, within the volume TTL and the sandbox idle
 	// timeout: only the snapshot is due.
-	e.stack.Reaper.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	later := func() time.Time { return time.Now().Add(2 * time.Minute) }
+	e.stack.Reaper.Now = later
+	pass := func() error {
+		_, err := e.stack.Reaper.Pass(ctx)
+		return err
+	}
+	if ledgerOnly {
+		collector, err := sessions.New(sessions.Options{Config: e.cfg, Store: e.st, Provider: noList{e.stack.Provider}, Logger: slog.New(slog.NewJSONHandler(e.logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pass = func() error {
+			_, err := collector.CollectSnapshots(ctx, later())
+			return err
+		}
+	}
 	const rounds = 6
 	for i := range rounds {
 		id := "old" + string(rune('a'+i))
@@ -148,7 +183,7 @@ func TestSnapshotInUseIsNeverCollected(t *testing.T) {
 		})
 		// Passes while the run starts its sandbox and runs in it.
 		for range 4 {
-			if _, err := e.stack.Reaper.Pass(ctx); err != nil {
+			if err := pass(); err != nil {
 				t.Fatalf("round %d: pass: %v", i, err)
 			}
 		}
@@ -158,7 +193,7 @@ func TestSnapshotInUseIsNeverCollected(t *testing.T) {
 		}
 		// The session's sandbox still lives: its snapshot stays, whatever
 		// the passes did while it was created.
-		if _, err := e.stack.Reaper.Pass(ctx); err != nil {
+		if err := pass(); err != nil {
 			t.Fatal(err)
 		}
 		for _, sb := range e.liveSandboxes() {
@@ -183,7 +218,7 @@ func TestSnapshotInUseIsNeverCollected(t *testing.T) {
 		t.Fatal("no run found its snapshot deleted and built it again")
 	}
 	// No sandbox uses the old snapshot any more: the next pass deletes it.
-	if _, err := e.stack.Reaper.Pass(ctx); err != nil {
+	if err := pass(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.stack.Provider.GetSnapshot(ctx, slug); !providers.IsNotFound(err) {
