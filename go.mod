@@ -11,6 +11,11 @@ require (
 	// Held at v1.68.0: from v1.69.0 the package builds a serializer schema of the whole
 	// DynamoDB API when it starts: 0.46 MB more in every Lambda bootstrap (BENCHMARKS.md).
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.68.0
+	// Test only: they judge internal/testkit/fakesecrets. Linked into a Lambda
+	// they would cost the ApiFunction 1.1 MB (internal/service/secrets).
+	// Held where they need no newer SDK core than the DynamoDB client's.
+	github.com/aws/aws-sdk-go-v2/service/secretsmanager v1.50.10
+	github.com/aws/aws-sdk-go-v2/service/ssm v1.81.4
 	github.com/aws/smithy-go v1.28.8
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0

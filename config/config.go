@@ -203,11 +203,42 @@ func (c *Config) ProviderError(name string, err error) error {
 // through getenv (os.Getenv when nil) and returns them by secret name:
 // api_key_env = "SANDY_API_KEY" gives secrets["api_key"]. A variable that
 // is named must be set and non-empty; every one that is not is reported in
-// one *Error naming the variable, never a value.
+// one *Error naming the variable, never a value. References to AWS secret
+// stores need ProviderSecretsFrom.
 func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[string]string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	return c.ProviderSecretsFrom(name, EnvLookup(getenv))
+}
+
+// ProviderSecretRefs returns the references of the provider's *_env keys
+// by secret name, as ParseSecretRef reads them.
+func (c *Config) ProviderSecretRefs(name string) (map[string]SecretRef, error) {
+	var table map[string]any
+	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
+		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
+	}
+	refs := map[string]SecretRef{}
+	for k, v := range table {
+		s, ok := v.(string)
+		if !strings.HasSuffix(k, "_env") || !ok || s == "" {
+			continue
+		}
+		ref, err := ParseSecretRef(s)
+		if err != nil {
+			return nil, fmt.Errorf("provider.%s.%s: %w", name, k, err)
+		}
+		refs[strings.TrimSuffix(k, "_env")] = ref
+	}
+	return refs, nil
+}
+
+// ProviderSecretsFrom is ProviderSecrets reading each *_env reference
+// through lookup: an environment variable, a Secrets Manager secret or an
+// SSM parameter. Every reference that cannot be read is reported in one
+// *Error naming its key and the reference, never a value.
+func (c *Config) ProviderSecretsFrom(name string, lookup SecretLookup) (map[string]string, error) {
 	var table map[string]any
 	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
 		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
@@ -220,9 +251,14 @@ func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[s
 			continue
 		}
 		key := join(join("provider", name), k)
-		value := getenv(variable)
-		if value == "" {
-			r.add(key, "%s: environment variable %s is not set or is empty", key, variable)
+		ref, err := ParseSecretRef(variable)
+		if err != nil {
+			r.add(key, "%s: %v", key, err)
+			continue
+		}
+		value, err := lookup(ref)
+		if err != nil {
+			r.add(key, "%s: %v", key, err)
 			continue
 		}
 		secrets[strings.TrimSuffix(k, "_env")] = value

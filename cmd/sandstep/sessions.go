@@ -222,7 +222,7 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer svc.Shutdown(context.WithoutCancel(ctx))
-	sbx := sandboxes.New(sandboxes.Options{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Logger: log})
+	sbx := sandboxes.New(sandboxes.Options{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Deployment: cfg.Provider.Deployment, Logger: log})
 	r := &reaper.Reaper{Store: st, Sandboxes: sbx, Sessions: svc, Logger: log}
 	counts, passErr := r.Pass(ctx)
 	if *asJSON {

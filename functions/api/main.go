@@ -47,7 +47,7 @@ func newFunction(ctx context.Context) (*function, error) {
 	}
 	// Once per execution environment, so warm invocations reuse the plugin;
 	// a failed init is retried by Lambda with a fresh environment.
-	prov, err := providerhost.Open(ctx, a.Config, "", a.Logger)
+	prov, err := providerhost.OpenIn(ctx, a.Config, "", a.Logger, providerhost.LambdaSecrets(ctx, a.Config))
 	if err != nil {
 		return nil, err
 	}
@@ -68,14 +68,15 @@ func newFunction(ctx context.Context) (*function, error) {
 		docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
 	h := api.New(api.Options{
-		Store:    a.Store,
-		Executor: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
-		Provider: prov,
-		Sessions: svc,
-		Docs:     docs,
-		Tools:    tools.SettingsFrom(a.Config),
-		Auth:     auth,
-		Logger:   a.Logger,
+		Store:      a.Store,
+		Executor:   engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
+		Provider:   prov,
+		Deployment: a.Config.Provider.Deployment,
+		Sessions:   svc,
+		Docs:       docs,
+		Tools:      tools.SettingsFrom(a.Config),
+		Auth:       auth,
+		Logger:     a.Logger,
 		// The body limits of [server] hold behind API Gateway too.
 		Server: a.Config.Server,
 	})

@@ -226,6 +226,7 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 			FileAPI:           true,
 			PublicURL:         false,
 			HostScopedSecrets: true,
+			ListSnapshots:     true,
 			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
 			Limits:            limits,
 		},

@@ -203,16 +203,17 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.recover(ctx, started)
 	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
-		Store:     st,
-		Executor:  s.Engine,
-		Provider:  s.Provider,
-		Auth:      auth,
-		Sessions:  s.Sessions,
-		Docs:      s.Docs,
-		Tools:     tools.SettingsFrom(cfg),
-		Logger:    log,
-		Streaming: true,
-		Server:    cfg.Server,
+		Store:      st,
+		Executor:   s.Engine,
+		Provider:   s.Provider,
+		Deployment: cfg.Provider.Deployment,
+		Auth:       auth,
+		Sessions:   s.Sessions,
+		Docs:       s.Docs,
+		Tools:      tools.SettingsFrom(cfg),
+		Logger:     log,
+		Streaming:  true,
+		Server:     cfg.Server,
 	})
 	return s, nil
 }

@@ -48,7 +48,10 @@ type Options struct {
 	Executor Executor
 	// Provider answers GET /v1/providers; nil makes that route 503.
 	Provider ProviderInfo
-	Auth     *Authenticator
+	// Deployment is this stack's id ([provider] deployment; the stack
+	// name in AWS), shown by GET /v1/providers.
+	Deployment string
+	Auth       *Authenticator
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
@@ -137,7 +140,10 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request, c *call) error 
 }
 
 type providerView struct {
-	Active providerInfoView `json:"active"`
+	// Deployment is the id in the labels of everything this stack
+	// creates at the provider; its reaper touches nothing else.
+	Deployment string           `json:"deployment"`
+	Active     providerInfoView `json:"active"`
 }
 
 type providerInfoView struct {
@@ -156,6 +162,7 @@ type capabilitiesView struct {
 	FileAPI            bool                    `json:"file_api"`
 	PublicURL          bool                    `json:"public_url"`
 	HostScopedSecrets  bool                    `json:"host_scoped_secrets"`
+	ListSnapshots      bool                    `json:"list_snapshots"`
 	NetworkModes       []providers.NetworkMode `json:"network_modes"`
 	MaxLifetimeSeconds int64                   `json:"max_lifetime_seconds"`
 	Regions            []string                `json:"regions"`
@@ -181,12 +188,12 @@ func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) erro
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the sandbox provider does not answer"}
 	}
 	caps := info.Capabilities
-	v := providerView{Active: providerInfoView{
+	v := providerView{Deployment: s.opts.Deployment, Active: providerInfoView{
 		Name: info.Name, Version: info.Version, APIVersion: info.APIVersion,
 		Capabilities: capabilitiesView{
 			Snapshots: caps.Snapshots, Volumes: caps.Volumes, NamedSandboxes: caps.NamedSandboxes,
 			ListByLabels: caps.ListByLabels, ExecStreaming: caps.ExecStreaming, FileAPI: caps.FileAPI,
-			PublicURL: caps.PublicURL, HostScopedSecrets: caps.HostScopedSecrets, NetworkModes: nonNil(caps.NetworkModes),
+			PublicURL: caps.PublicURL, HostScopedSecrets: caps.HostScopedSecrets, ListSnapshots: caps.ListSnapshots, NetworkModes: nonNil(caps.NetworkModes),
 			MaxLifetimeSeconds: int64(caps.MaxLifetime / time.Second), Regions: nonNil(caps.Regions),
 			Limits: limitsView{Cgroups: caps.Limits.Cgroups, Volumes: caps.Limits.Volumes, Enforced: nonNil(caps.Limits.Enforced)},
 		},

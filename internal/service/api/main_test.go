@@ -147,8 +147,9 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 			MaxLifetime:  2 * time.Hour,
 			Limits:       providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory, providers.LimitVolumeCapacity}},
 		}},
-		Auth:   auth,
-		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
+		Deployment: "stack-a",
+		Auth:       auth,
+		Logger:     slog.New(slog.NewJSONHandler(e.logs, nil)),
 	}
 	for _, f := range adjust {
 		f(&opts)

@@ -1,5 +1,6 @@
 // Package reaper is the scheduled cleanup: one Pass deletes session volumes
-// idle past their TTL, closes idle session sandboxes, terminates sandboxes
+// idle past their TTL, closes idle session sandboxes, deletes dependency
+// snapshots no configuration uses any more, terminates sandboxes
 // that nothing needs (their job or session ended, their deadline passed, or
 // the ledger never knew them), closes ledger entries of sandboxes that are
 // gone, and stops the executions of cancelled jobs that did not stop. In
@@ -75,6 +76,9 @@ type Counts struct {
 	// Orphans: sandboxes carrying our owner label the ledger did not know.
 	Orphans           int `json:"orphans_terminated"`
 	ExecutionsStopped int `json:"executions_stopped"`
+	// SnapshotsDeleted: this deployment's dependency snapshots no
+	// configuration names nor live sandbox uses, past the grace period.
+	SnapshotsDeleted int `json:"snapshots_deleted"`
 	// RunsInterrupted: run records failed by a startup pass.
 	RunsInterrupted int `json:"runs_interrupted"`
 	// JobsEnded: jobs a startup pass found with a sandbox but no running
@@ -93,7 +97,7 @@ type Counts struct {
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.SnapshotsDeleted + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten
 }
 
 func (r *Reaper) now() time.Time {
@@ -172,6 +176,7 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		step("expiry warnings", &c.ExpiryWarnings, func() (int, error) { return sv.WarnExpiring(ctx, now) })
 		step("expired sessions", &c.SessionsExpired, func() (int, error) { return sv.ExpireIdle(ctx, now) })
 		step("unfinished deletions", &c.DeletionsResumed, func() (int, error) { return sv.FinishDeletions(ctx) })
+		step("old dependency snapshots", &c.SnapshotsDeleted, func() (int, error) { return sv.CollectSnapshots(ctx, now) })
 		if since != nil {
 			// Not one of them is in use: the server serves no run yet, and
 			// the sessions taken back above count as used just now.

@@ -78,6 +78,7 @@ func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, er
 // when the owner was released while the create ran; Ready's own error; a
 // store error (wrapped) when the ledger could not be written.
 func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
+	req.Spec = m.labelled(req.Spec)
 	spec := req.Spec
 	if spec.Name == "" || req.Owner.Kind == "" || req.Owner.Key == "" {
 		return Lease{}, fmt.Errorf("acquire: a sandbox needs a name and an owner: %w", store.ErrInvalid)

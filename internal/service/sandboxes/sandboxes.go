@@ -74,7 +74,11 @@ type Options struct {
 	// ProviderName is recorded in every ledger entry; Reconcile leaves
 	// entries of other providers alone (it can neither see nor stop them).
 	ProviderName string
-	Logger       *slog.Logger
+	// Deployment is this stack's id ([provider] deployment): every sandbox
+	// is created with it in providers.LabelDeployment, and Reconcile takes
+	// for orphans only sandboxes that carry it. "" is refused.
+	Deployment string
+	Logger     *slog.Logger
 	// Now is the clock of deadlines (default time.Now).
 	Now func() time.Time
 }
@@ -86,6 +90,7 @@ type Manager struct {
 	st   *store.Store
 	prov providers.Provider
 	name string
+	dep  string
 	log  *slog.Logger
 	now  func() time.Time
 
@@ -95,8 +100,8 @@ type Manager struct {
 
 // New returns a Manager. Store and Provider are required.
 func New(o Options) *Manager {
-	if o.Store == nil || o.Provider == nil {
-		panic("sandboxes.New: Store and Provider are required")
+	if o.Store == nil || o.Provider == nil || o.Deployment == "" {
+		panic("sandboxes.New: Store, Provider and Deployment are required")
 	}
 	log := o.Logger
 	if log == nil {
@@ -106,7 +111,28 @@ func New(o Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
-	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now}
+}
+
+// Deployment is the deployment id the Manager labels sandboxes with.
+func (m *Manager) Deployment() string { return m.dep }
+
+// Labels are the labels every sandbox, volume and snapshot of this
+// deployment carries: the owner label and the deployment's id.
+func Labels(deployment string) map[string]string {
+	return map[string]string{providers.LabelOwner: "sandstep", providers.LabelDeployment: deployment}
+}
+
+// labelled returns spec with this deployment's labels added.
+func (m *Manager) labelled(spec providers.CreateSpec) providers.CreateSpec {
+	labels := Labels(m.dep)
+	for k, v := range spec.Labels {
+		if k != providers.LabelOwner && k != providers.LabelDeployment {
+			labels[k] = v
+		}
+	}
+	spec.Labels = labels
+	return spec
 }
 
 // Find returns the ledger entry of the sandbox named name; store.ErrNotFound
