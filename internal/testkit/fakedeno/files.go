@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -303,4 +304,150 @@ func (c *conn) statWith(params json.RawMessage, statFn func(string) (os.FileInfo
 		out["ctime"] = iso(time.Unix(st.Ctim.Sec, st.Ctim.Nsec))
 	}
 	return out, nil, nil
+}
+
+// File handles live as long as the connection that opened them.
+type handles struct {
+	mu    sync.Mutex
+	next  int
+	files map[int]*os.File
+}
+
+func (h *handles) put(f *os.File) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.files == nil {
+		h.files = map[int]*os.File{}
+	}
+	id := h.next
+	h.next++
+	h.files[id] = f
+	return id
+}
+
+func (h *handles) get(id int) *os.File {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.files[id]
+}
+
+func (h *handles) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, f := range h.files {
+		_ = f.Close()
+		delete(h.files, id)
+	}
+}
+
+func (c *conn) open(_ context.Context, params json.RawMessage) (any, *serializedError, *rpcError) {
+	var p struct {
+		Path    string `json:"path"`
+		Options struct {
+			Read, Write, Append, Truncate, Create, CreateNew bool
+			Mode                                             *uint32
+		} `json:"options"`
+	}
+	if e := decode(params, &p); e != nil {
+		return nil, nil, e
+	}
+	o := p.Options
+	write := o.Write || o.Append || o.Truncate || o.Create || o.CreateNew
+	host, aerr := c.hostPath(p.Path, write)
+	if aerr != nil {
+		return nil, aerr, nil
+	}
+	flags := os.O_RDONLY
+	switch {
+	case write && (o.Read || !o.Write && !o.Append):
+		flags = os.O_RDWR
+	case write:
+		flags = os.O_WRONLY
+	}
+	for _, f := range []struct {
+		on   bool
+		flag int
+	}{{o.Append, os.O_APPEND}, {o.Truncate, os.O_TRUNC}, {o.Create, os.O_CREATE}, {o.CreateNew, os.O_CREATE | os.O_EXCL}} {
+		if f.on {
+			flags |= f.flag
+		}
+	}
+	mode := os.FileMode(0o644)
+	if o.Mode != nil {
+		mode = os.FileMode(*o.Mode & 0o7777)
+	}
+	f, err := os.OpenFile(host, flags, mode)
+	if err != nil {
+		return nil, fsError(err), nil
+	}
+	if fi, err := f.Stat(); err == nil && fi.IsDir() && write {
+		_ = f.Close()
+		return nil, fsError(&fs.PathError{Op: "open", Path: p.Path, Err: syscall.EISDIR}), nil
+	}
+	return map[string]int{"fileHandleId": c.files.put(f)}, nil, nil
+}
+
+func (c *conn) fileRead(_ context.Context, params json.RawMessage) (any, *serializedError, *rpcError) {
+	var p struct {
+		FileHandleID int `json:"fileHandleId"`
+		Length       int `json:"length"`
+	}
+	if e := decode(params, &p); e != nil {
+		return nil, nil, e
+	}
+	f := c.files.get(p.FileHandleID)
+	if f == nil {
+		return nil, appError("BadResource", "", "bad file handle"), nil
+	}
+	buf := make([]byte, min(max(p.Length, 1), 8<<20))
+	n, err := f.Read(buf)
+	if errors.Is(err, io.EOF) || (n == 0 && err == nil) {
+		return map[string]any{"data": nil}, nil, nil
+	}
+	if err != nil {
+		return nil, fsError(err), nil
+	}
+	return map[string]any{"data": buf[:n]}, nil, nil
+}
+
+func (c *conn) fileSeek(_ context.Context, params json.RawMessage) (any, *serializedError, *rpcError) {
+	var p struct {
+		FileHandleID int         `json:"fileHandleId"`
+		Offset       json.Number `json:"offset"` // a number, or a bigint's decimal string
+		Whence       int         `json:"whence"`
+	}
+	if e := decode(params, &p); e != nil {
+		return nil, nil, e
+	}
+	f := c.files.get(p.FileHandleID)
+	if f == nil {
+		return nil, appError("BadResource", "", "bad file handle"), nil
+	}
+	off, err := p.Offset.Int64()
+	if err != nil {
+		return nil, nil, invalidParams(err)
+	}
+	pos, err := f.Seek(off, p.Whence)
+	if err != nil {
+		return nil, fsError(err), nil
+	}
+	return map[string]int64{"position": pos}, nil, nil
+}
+
+func (c *conn) fileClose(_ context.Context, params json.RawMessage) (any, *serializedError, *rpcError) {
+	var p struct {
+		FileHandleID int `json:"fileHandleId"`
+	}
+	if e := decode(params, &p); e != nil {
+		return nil, nil, e
+	}
+	c.files.mu.Lock()
+	f := c.files.files[p.FileHandleID]
+	delete(c.files.files, p.FileHandleID)
+	c.files.mu.Unlock()
+	if f == nil {
+		return nil, appError("BadResource", "", "bad file handle"), nil
+	}
+	_ = f.Close()
+	return nil, nil, nil
 }

@@ -20,13 +20,70 @@ type conn struct {
 	mu         sync.Mutex
 	inbound    map[int]*inbound // client-allocated streams (stdin, file content)
 	nextStream int              // server-allocated stream ids
+	files      handles
 }
 
-// inbound is a stream the client sends: its chunks go to a pipe.
+// inbound is a stream the client sends, buffered: the read loop never
+// waits for the stream's consumer, whose call may come after the chunks.
 type inbound struct {
-	r       *io.PipeReader
-	w       *io.PipeWriter
+	mu      sync.Mutex
+	cond    *sync.Cond
+	chunks  [][]byte
+	ended   bool
+	err     error
+	closed  bool // the consumer stopped reading
 	claimed bool
+}
+
+func (in *inbound) add(b []byte) {
+	in.mu.Lock()
+	if !in.ended && !in.closed {
+		in.chunks = append(in.chunks, b)
+	}
+	in.mu.Unlock()
+	in.cond.Broadcast()
+}
+
+func (in *inbound) end(err error) {
+	in.mu.Lock()
+	if !in.ended {
+		in.ended, in.err = true, err
+	}
+	in.mu.Unlock()
+	in.cond.Broadcast()
+}
+
+// Read gives the chunks in order, then io.EOF or the stream's error.
+func (in *inbound) Read(p []byte) (int, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for len(in.chunks) == 0 && !in.ended && !in.closed {
+		in.cond.Wait()
+	}
+	if in.closed {
+		return 0, io.ErrClosedPipe
+	}
+	if len(in.chunks) == 0 {
+		if in.err != nil {
+			return 0, in.err
+		}
+		return 0, io.EOF
+	}
+	n := copy(p, in.chunks[0])
+	if n == len(in.chunks[0]) {
+		in.chunks = in.chunks[1:]
+	} else {
+		in.chunks[0] = in.chunks[0][n:]
+	}
+	return n, nil
+}
+
+func (in *inbound) Close() error {
+	in.mu.Lock()
+	in.closed, in.chunks = true, nil
+	in.mu.Unlock()
+	in.cond.Broadcast()
+	return nil
 }
 
 type message struct {
@@ -80,10 +137,11 @@ func (c *conn) notify(ctx context.Context, method string, params any) {
 func (c *conn) serve(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer c.files.closeAll()
 	defer func() {
 		c.mu.Lock()
 		for _, in := range c.inbound {
-			in.w.CloseWithError(errors.New("the connection closed"))
+			in.end(errors.New("the connection closed"))
 		}
 		c.mu.Unlock()
 	}()
@@ -126,14 +184,11 @@ func (c *conn) notification(m message) {
 	case "$sandbox.stream.start":
 		c.stream(p.StreamID)
 	case "$sandbox.stream.enqueue":
-		// Writes block until the consumer reads: the client's chunks keep
-		// their order, and a slow consumer slows the reader loop as TCP
-		// back pressure would.
-		_, _ = c.stream(p.StreamID).w.Write(p.Data)
+		c.stream(p.StreamID).add(p.Data)
 	case "$sandbox.stream.end":
-		_ = c.stream(p.StreamID).w.Close()
+		c.stream(p.StreamID).end(nil)
 	case "$sandbox.stream.error":
-		_ = c.stream(p.StreamID).w.CloseWithError(errors.New("the client's stream failed"))
+		c.stream(p.StreamID).end(errors.New("the client's stream failed"))
 	case "$sandbox.stream.cancel":
 		// The client stops reading one of ours; the writer notices on its
 		// next send, which goes nowhere.
@@ -148,7 +203,7 @@ func (c *conn) stream(id int) *inbound {
 	in := c.inbound[id]
 	if in == nil {
 		in = &inbound{}
-		in.r, in.w = io.Pipe()
+		in.cond = sync.NewCond(&in.mu)
 		c.inbound[id] = in
 	}
 	return in
@@ -163,8 +218,7 @@ func (c *conn) claim(id int) (io.ReadCloser, bool) {
 		return nil, false
 	}
 	in.claimed = true
-	delete(c.inbound, id)
-	return in.r, true
+	return in, true
 }
 
 // outStream sends r to the client as a server stream: start, enqueue in
@@ -218,6 +272,10 @@ func init() {
 		"envDelete":     (*conn).envDelete,
 		"envToObject":   (*conn).envToObject,
 		"exposeHttp":    (*conn).exposeHTTP,
+		"open":          (*conn).open,
+		"fileRead":      (*conn).fileRead,
+		"fileSeek":      (*conn).fileSeek,
+		"fileClose":     (*conn).fileClose,
 	}
 }
 

@@ -1,0 +1,695 @@
+// Package deno is the sandbox provider for Deno Sandbox
+// (shared/contracts/deno-sandbox-api.md). It runs as the plugin
+// sandstep-provider-deno.
+//
+// Deno has two planes: the console REST API (volumes, snapshots, listing
+// sandboxes) and a regional API where each sandbox is a WebSocket speaking
+// JSON-RPC (spawn, streams, files) plus REST for kill and extend. The
+// provider maps the interface onto them:
+//
+//   - Create opens the create socket with the config header. Sandboxes get
+//     a duration (stop_at_ms), never "session" mode, so that the socket can
+//     drop and any later process, such as the next Lambda invocation,
+//     reconnects by id. Deno's cap is 30 minutes a time: a call into a
+//     sandbox whose asked-for lifetime goes further extends it as the end
+//     nears. Deno runs 5 sandboxes per organisation and attaches a volume to
+//     one sandbox at a time: a create refused for either waits and retries
+//     within create_timeout (the old sandbox's volume detaches a moment
+//     after its kill).
+//   - Snapshots are Deno's: a bootable volume from builtin:debian-13, the
+//     setup run in a sandbox booted from it, the sandbox killed, the volume
+//     snapshotted once detached, and the snapshot polled until bootable.
+//     The slug is the snapshot's; the build volume's is derived from it.
+//   - Volumes are Deno's; a Mount is a config volume at its path.
+//   - A Secret with hosts is a Deno secret: the sandbox sees a placeholder
+//     that Deno's egress swaps for the value in requests to those hosts.
+//
+// Deno keeps no labels on volumes and snapshots: their labels live in this
+// process only (the host's ledger knows what it made). Sandbox labels are
+// Deno's own (at most 5), the name one of them.
+package deno
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/version"
+	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/plugin"
+)
+
+// LabelName carries a sandbox's name among Deno's labels.
+const LabelName = "sandstep.name"
+
+// maxStop is the longest Deno lets a sandbox live before it is extended.
+const maxStop = 30 * time.Minute
+
+// sandboxIDRE is the SDK's SANDBOX_ID_REGEXP: what Deno's ids look like,
+// and all that can be put in a URL path.
+var sandboxIDRE = regexp.MustCompile(`^sbx_([a-z]{3})_[0-9a-hjkmnp-z]{20}$`)
+
+// Provider is the Deno provider. It is safe for concurrent use.
+type Provider struct {
+	log *slog.Logger
+	hc  *http.Client
+
+	mu       sync.Mutex
+	cfg      *configured
+	conns    map[string]*rpcConn
+	records  map[string]*record
+	naming   map[string]*sync.Mutex // names being created
+	volumes  map[string]map[string]string
+	snaps    map[string]map[string]string
+	building map[string]*flight
+}
+
+type configured struct {
+	s        Settings
+	defaults providers.SandboxDefaults
+	c        *client
+}
+
+// record is what this process knows of a sandbox that Deno does not say.
+type record struct {
+	until     time.Time // the lifetime asked for
+	stopAt    time.Time // Deno's current end
+	snapshot  string
+	mounts    []providers.Mount
+	createdAt time.Time
+}
+
+type flight struct {
+	done chan struct{}
+	snap providers.Snapshot
+	err  error
+}
+
+var _ providers.Provider = (*Provider)(nil)
+
+// New returns an unconfigured provider.
+func New() *Provider {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // the plugin must not pick up a proxy by accident
+	t.MaxIdleConnsPerHost = 32
+	return &Provider{
+		log:      plugin.Logger("provider", "deno"),
+		hc:       &http.Client{Transport: t},
+		conns:    map[string]*rpcConn{},
+		records:  map[string]*record{},
+		naming:   map[string]*sync.Mutex{},
+		volumes:  map[string]map[string]string{},
+		snaps:    map[string]map[string]string{},
+		building: map[string]*flight{},
+	}
+}
+
+// Configure decodes the settings and takes the token from the secret
+// "token" (token_env). It does not call Deno.
+func (p *Provider) Configure(_ context.Context, cfg providers.Config) error {
+	const op = "configure"
+	s, err := ParseSettings(cfg.Settings)
+	if err != nil {
+		return providers.Wrap(providers.InvalidArgument, op, err)
+	}
+	token := cfg.Secrets["token"]
+	var e providers.SettingsError
+	switch {
+	case token == "":
+		e.Add("token_env", "the token is missing: name the environment variable that holds it (token_env = \"DENO_DEPLOY_TOKEN\") and set that variable")
+	case !strings.HasPrefix(token, "ddo_") && s.Org == "":
+		e.Add("org", "required with a personal token (one not starting with ddo_): the organisation's slug")
+	}
+	if err := e.Err(); err != nil {
+		return providers.Wrap(providers.InvalidArgument, op, err)
+	}
+	c := &client{console: s.ConsoleURL, sandbox: s.sandboxOrigin(), token: token, org: s.Org, hc: p.hc, timeout: s.RequestTimeout.D()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cfg = &configured{s: s, defaults: cfg.Defaults, c: c}
+	return nil
+}
+
+// Info describes the provider.
+func (p *Provider) Info(context.Context) (providers.Info, error) {
+	return providers.Info{
+		Name:       "deno",
+		Version:    version.Version,
+		APIVersion: providers.APIVersion,
+		Capabilities: providers.Capabilities{
+			Snapshots:         true,
+			Volumes:           true,
+			NamedSandboxes:    true,
+			ListByLabels:      true,
+			ExecStreaming:     true,
+			FileAPI:           true,
+			HostScopedSecrets: true,
+			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
+			Regions:           slices.Clone(regions),
+		},
+	}, nil
+}
+
+func (p *Provider) settings(op string) (*configured, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg == nil {
+		return nil, providers.Errorf(providers.FailedPrecondition, op, "the provider is not configured")
+	}
+	return p.cfg, nil
+}
+
+// sandboxConfig is the x-deno-sandbox-config header.
+type sandboxConfig struct {
+	StopAtMs int64                   `json:"stop_at_ms"`
+	MemoryMB int                     `json:"memory_mb"`
+	Labels   map[string]string       `json:"labels,omitempty"`
+	Root     *volumeRef              `json:"root,omitempty"`
+	Volumes  []mountRef              `json:"volumes"`
+	AllowNet []string                `json:"allow_net,omitempty"`
+	Secrets  map[string]secretConfig `json:"secrets,omitempty"`
+	// denyAll sends allow_net: [] (omitempty would drop it).
+	denyAll bool
+}
+
+type volumeRef struct {
+	Volume string `json:"volume"`
+}
+
+type mountRef struct {
+	Volume string `json:"volume"`
+	Path   string `json:"path"`
+}
+
+type secretConfig struct {
+	Hosts []string `json:"hosts"`
+	Value string   `json:"value"`
+}
+
+func (c sandboxConfig) encode() ([]byte, error) {
+	type plain sandboxConfig
+	b, err := json.Marshal(plain(c))
+	if err != nil || !c.denyAll {
+		return b, err
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["allow_net"] = []string{}
+	return json.Marshal(m)
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Create starts a sandbox and returns once it runs commands.
+func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (providers.Sandbox, error) {
+	const op = "create"
+	cfg, err := p.settings(op)
+	if err != nil {
+		return providers.Sandbox{}, err
+	}
+	sc, env, rec, err := p.configFor(ctx, cfg, spec)
+	if err != nil {
+		return providers.Sandbox{}, err
+	}
+	if spec.Name != "" {
+		unlock := p.lockName(spec.Name)
+		defer unlock()
+		live, err := p.list(ctx, cfg, op, map[string]string{LabelName: spec.Name})
+		if err != nil {
+			return providers.Sandbox{}, err
+		}
+		if len(live) > 0 {
+			return providers.Sandbox{}, providers.Errorf(providers.AlreadyExists, op, "sandbox %s already has the name %q", live[0].ID, spec.Name)
+		}
+	}
+	rc, err := p.openCreate(ctx, cfg, sc)
+	if err != nil {
+		return providers.Sandbox{}, err
+	}
+	if err := p.prepare(ctx, cfg, rc, env, spec.Snapshot != ""); err != nil {
+		rc.close()
+		p.abandon(ctx, cfg, rc.id)
+		return providers.Sandbox{}, err
+	}
+	rec.stopAt = time.UnixMilli(sc.StopAtMs)
+	p.mu.Lock()
+	p.conns[rc.id] = rc
+	p.records[rc.id] = rec
+	p.mu.Unlock()
+	p.log.Info("sandbox created", "id", rc.id, "snapshot", spec.Snapshot, "mounts", len(spec.Mounts), "expires", rec.until)
+	return providers.Sandbox{
+		ID: rc.id, Name: spec.Name, Labels: sc.Labels, State: providers.StateRunning, Snapshot: spec.Snapshot,
+		Mounts: rec.mounts, CreatedAt: rec.createdAt, ExpiresAt: rec.until,
+	}, nil
+}
+
+// configFor turns a spec into Deno's config, the environment to set once
+// connected, and the record to keep.
+func (p *Provider) configFor(ctx context.Context, cfg *configured, spec providers.CreateSpec) (sandboxConfig, map[string]string, *record, error) {
+	const op = "create"
+	bad := func(format string, args ...any) (sandboxConfig, map[string]string, *record, error) {
+		return sandboxConfig{}, nil, nil, providers.Errorf(providers.InvalidArgument, op, format, args...)
+	}
+	if spec.Region != "" && spec.Region != cfg.s.Region {
+		return bad("region %q: this provider is configured for %q (volumes and snapshots exist only in \"ord\")", spec.Region, cfg.s.Region)
+	}
+	sc := sandboxConfig{Volumes: []mountRef{}}
+	network := spec.Network
+	if network.Mode == "" {
+		network = cfg.defaults.Network
+	}
+	switch network.Mode {
+	case "", providers.NetworkAll:
+	case providers.NetworkNone:
+		sc.denyAll = true
+	case providers.NetworkAllowlist:
+		if len(network.AllowHosts) == 0 {
+			return bad("an allowlist needs at least one host")
+		}
+		sc.AllowNet = slices.Clone(network.AllowHosts)
+	default:
+		return bad("unknown network mode %q", network.Mode)
+	}
+	lifetime := spec.Lifetime
+	if lifetime <= 0 {
+		lifetime = cfg.defaults.Lifetime
+	}
+	if lifetime <= 0 {
+		lifetime = maxStop
+	}
+	now := time.Now()
+	sc.StopAtMs = now.Add(min(lifetime, maxStop)).UnixMilli()
+	mem := spec.Resources.MemoryMB
+	if mem == 0 {
+		mem = cfg.defaults.MemoryMB
+	}
+	if mem == 0 {
+		mem = cfg.s.MemoryMB
+	}
+	if mem > 4096 {
+		return bad("memory %d MiB is more than Deno's 4096", mem)
+	}
+	// Deno's smallest sandbox has 768 MiB: asking for less gets that.
+	sc.MemoryMB = max(mem, 768)
+	labels := maps.Clone(spec.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if spec.Name != "" {
+		labels[LabelName] = spec.Name
+	}
+	if len(labels) > 5 {
+		return bad("Deno keeps at most 5 labels on a sandbox, the name among them; this one has %d", len(labels))
+	}
+	for k, v := range labels {
+		if k == "" || len(k) > 64 || len(v) > 128 {
+			return bad("label %q: Deno takes keys of 1 to 64 bytes and values of at most 128", k)
+		}
+	}
+	if len(labels) > 0 {
+		sc.Labels = labels
+	}
+	env := maps.Clone(spec.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	for _, s := range spec.Secrets {
+		if !envNameRE.MatchString(s.Name) {
+			return bad("secret name %q cannot be an environment variable", s.Name)
+		}
+		if len(s.Hosts) == 0 {
+			env[s.Name] = s.Value
+			continue
+		}
+		if sc.Secrets == nil {
+			sc.Secrets = map[string]secretConfig{}
+		}
+		sc.Secrets[s.Name] = secretConfig{Hosts: slices.Clone(s.Hosts), Value: s.Value}
+		delete(env, s.Name)
+	}
+	for k := range env {
+		if !envNameRE.MatchString(k) {
+			return bad("%q cannot be an environment variable name", k)
+		}
+	}
+	rec := &record{until: now.Add(lifetime), snapshot: spec.Snapshot, createdAt: now}
+	if spec.Snapshot != "" {
+		if err := p.checkSnapshot(ctx, cfg, spec.Snapshot); err != nil {
+			return sandboxConfig{}, nil, nil, err
+		}
+		sc.Root = &volumeRef{Volume: spec.Snapshot}
+	}
+	for _, m := range spec.Mounts {
+		if m.Path == "" {
+			m.Path = "/workspace"
+		}
+		if m.ReadOnly {
+			return sandboxConfig{}, nil, nil, providers.Errorf(providers.Unsupported, op, "Deno mounts volumes read-write only (volume %q)", m.Volume)
+		}
+		if !strings.HasPrefix(m.Path, "/") || cleanPath(m.Path) != m.Path {
+			return bad("mount path %q must be absolute and clean", m.Path)
+		}
+		sc.Volumes = append(sc.Volumes, mountRef{Volume: m.Volume, Path: m.Path})
+		rec.mounts = append(rec.mounts, m)
+	}
+	return sc, env, rec, nil
+}
+
+// openCreate opens the create socket, waiting out Deno's refusals that
+// pass: the organisation's sandbox limit (429) and a volume still attached
+// to a sandbox that was just killed (409).
+func (p *Provider) openCreate(ctx context.Context, cfg *configured, sc sandboxConfig) (*rpcConn, error) {
+	const op = "create"
+	body, err := sc.encode()
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, op, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.s.CreateTimeout.D())
+	defer cancel()
+	delay := 200 * time.Millisecond
+	for {
+		rc, err := dial(ctx, cfg.c, op, cfg.c.sandbox+"/api/v3/sandboxes/create", body)
+		if err == nil {
+			return rc, nil
+		}
+		switch {
+		case isStatus(err, http.StatusTooManyRequests), isStatus(err, http.StatusConflict), providers.CodeOf(err) == providers.Unavailable:
+		default:
+			return nil, err
+		}
+		p.log.Debug("create refused for now; retrying", "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return nil, providers.Wrap(codeOfWait(err), op, fmt.Errorf("gave up after create_timeout %s: %w", cfg.s.CreateTimeout, err))
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 3*time.Second)
+	}
+}
+
+// codeOfWait is the code of a create that waited in vain.
+func codeOfWait(err error) providers.Code {
+	if isStatus(err, http.StatusConflict) {
+		return providers.FailedPrecondition
+	}
+	return providers.ResourceExhausted
+}
+
+// prepare makes /workspace and sets the environment, as the SDK sets env
+// after the socket opens; a snapshot's own environment comes from the file
+// its build left, under the spec's.
+func (p *Provider) prepare(ctx context.Context, cfg *configured, rc *rpcConn, env map[string]string, fromSnapshot bool) error {
+	const op = "create"
+	ctx, cancel := context.WithTimeout(ctx, cfg.s.RequestTimeout.D())
+	defer cancel()
+	if fromSnapshot {
+		var text string
+		if err := rc.call(ctx, op, "readTextFile", map[string]string{"path": envFile}, &text); err != nil && !providers.IsNotFound(err) {
+			return err
+		}
+		var meta struct {
+			Env map[string]string `json:"env"`
+		}
+		if text != "" {
+			if err := json.Unmarshal([]byte(text), &meta); err != nil {
+				return providers.Wrap(providers.Internal, op, fmt.Errorf("the snapshot's %s: %w", envFile, err))
+			}
+		}
+		for k, v := range meta.Env {
+			if _, set := env[k]; !set {
+				env[k] = v
+			}
+		}
+	}
+	err := rc.call(ctx, op, "mkdir", map[string]any{"path": "/workspace", "options": map[string]any{"recursive": true}}, nil)
+	if providers.CodeOf(err) == providers.PermissionDenied {
+		// On Deno's VM / belongs to root; the user app has sudo.
+		var res execResult
+		res, err = p.run(ctx, rc, op, []string{"sh", "-c", `sudo mkdir -p /workspace && sudo chown "$(id -u):$(id -g)" /workspace`}, "/", nil, nil, nil, nil, cfg.s.RequestTimeout.D())
+		if err == nil && res.ExitCode != 0 {
+			err = providers.Errorf(providers.Unavailable, op, "making /workspace failed with exit %d", res.ExitCode)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if err := rc.call(ctx, op, "envSet", map[string]string{"key": k, "value": env[k]}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon kills a sandbox Create will not hand out.
+func (p *Provider) abandon(ctx context.Context, cfg *configured, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if err := p.kill(ctx, cfg, id); err != nil {
+		p.log.Warn("killing a sandbox that never became ready failed; Deno stops it at its stop_at_ms", "id", id, "error", err)
+	}
+}
+
+func (p *Provider) lockName(name string) func() {
+	p.mu.Lock()
+	m := p.naming[name]
+	if m == nil {
+		m = &sync.Mutex{}
+		p.naming[name] = m
+	}
+	p.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// listed is one sandbox of Deno's list.
+type listed struct {
+	ID        string            `json:"id"`
+	CreatedAt time.Time         `json:"createdAt"`
+	Region    string            `json:"region"`
+	Status    string            `json:"status"`
+	Labels    map[string]string `json:"labels"`
+}
+
+// list asks the console for the sandboxes carrying labels, running ones
+// only.
+func (p *Provider) list(ctx context.Context, cfg *configured, op string, labels map[string]string) ([]listed, error) {
+	q := url.Values{}
+	for k, v := range labels {
+		q.Set("labels["+k+"]", v)
+	}
+	path := "/api/v2/sandboxes"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var all []listed
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, path, nil, &all); err != nil {
+		return nil, err
+	}
+	var out []listed
+	for _, l := range all {
+		if l.Status == "running" {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+func (p *Provider) sandbox(l listed) providers.Sandbox {
+	sb := providers.Sandbox{ID: l.ID, Name: l.Labels[LabelName], Labels: l.Labels, State: providers.StateRunning, CreatedAt: l.CreatedAt}
+	if l.Status != "running" {
+		sb.State = providers.StateTerminated
+	}
+	p.mu.Lock()
+	if r := p.records[l.ID]; r != nil {
+		sb.Snapshot, sb.Mounts, sb.ExpiresAt = r.snapshot, slices.Clone(r.mounts), r.until
+	}
+	p.mu.Unlock()
+	return sb
+}
+
+// Get finds a sandbox in Deno's list, stopped ones reported terminated.
+func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error) {
+	const op = "get"
+	cfg, err := p.settings(op)
+	if err != nil {
+		return providers.Sandbox{}, err
+	}
+	if !sandboxIDRE.MatchString(id) {
+		return providers.Sandbox{}, providers.Errorf(providers.NotFound, op, "no sandbox %q: not a Deno sandbox id", clip(id))
+	}
+	var all []listed
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/sandboxes", nil, &all); err != nil {
+		return providers.Sandbox{}, err
+	}
+	for _, l := range all {
+		if l.ID == id {
+			return p.sandbox(l), nil
+		}
+	}
+	return providers.Sandbox{}, providers.Errorf(providers.NotFound, op, "no sandbox %s", id)
+}
+
+// List returns the running sandboxes carrying the labels (and name).
+func (p *Provider) List(ctx context.Context, f providers.ListFilter) ([]providers.Sandbox, error) {
+	const op = "list"
+	cfg, err := p.settings(op)
+	if err != nil {
+		return nil, err
+	}
+	labels := maps.Clone(f.Labels)
+	if f.Name != "" {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[LabelName] = f.Name
+	}
+	ls, err := p.list(ctx, cfg, op, labels)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]providers.Sandbox, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, p.sandbox(l))
+	}
+	return out, nil
+}
+
+// Terminate kills the sandbox; Deno's 404 means it is gone already.
+func (p *Provider) Terminate(ctx context.Context, id string) error {
+	const op = "terminate"
+	cfg, err := p.settings(op)
+	if err != nil {
+		return err
+	}
+	if !sandboxIDRE.MatchString(id) {
+		return nil // no such sandbox can exist
+	}
+	return p.kill(ctx, cfg, id)
+}
+
+func (p *Provider) kill(ctx context.Context, cfg *configured, id string) error {
+	err := cfg.c.do(ctx, "terminate", http.MethodDelete, cfg.c.sandbox, "/api/v3/sandbox/"+id, nil, nil)
+	if err != nil && !providers.IsNotFound(err) {
+		return err
+	}
+	p.mu.Lock()
+	rc := p.conns[id]
+	delete(p.conns, id)
+	delete(p.records, id)
+	p.mu.Unlock()
+	if rc != nil {
+		rc.close()
+	}
+	p.log.Info("sandbox terminated", "id", id)
+	return nil
+}
+
+// conn returns a socket to a running sandbox: the one this process holds,
+// or a new connect by id (after a restart, or in the next Lambda
+// invocation). A sandbox whose asked-for lifetime goes past Deno's end is
+// extended when that end is near.
+func (p *Provider) conn(ctx context.Context, op, id string) (*rpcConn, error) {
+	cfg, err := p.settings(op)
+	if err != nil {
+		return nil, err
+	}
+	if !sandboxIDRE.MatchString(id) {
+		return nil, providers.Errorf(providers.NotFound, op, "no sandbox %q: not a Deno sandbox id", clip(id))
+	}
+	p.extendIfDue(ctx, cfg, id)
+	p.mu.Lock()
+	rc := p.conns[id]
+	p.mu.Unlock()
+	if rc != nil && rc.alive() {
+		return rc, nil
+	}
+	rc, err = dial(ctx, cfg.c, op, cfg.c.sandbox+"/api/v3/sandbox/"+id+"/connect", nil)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if old := p.conns[id]; old != nil && old != rc && old.alive() {
+		p.mu.Unlock()
+		rc.close()
+		return old, nil
+	}
+	p.conns[id] = rc
+	p.mu.Unlock()
+	return rc, nil
+}
+
+// extendWithin is how near Deno's end must be before a call extends it.
+const extendWithin = 10 * time.Minute
+
+func (p *Provider) extendIfDue(ctx context.Context, cfg *configured, id string) {
+	p.mu.Lock()
+	r := p.records[id]
+	var want time.Time
+	if r != nil && r.until.After(r.stopAt) && time.Until(r.stopAt) < extendWithin {
+		want = r.until
+		if lim := time.Now().Add(maxStop); want.After(lim) {
+			want = lim
+		}
+	}
+	p.mu.Unlock()
+	if want.IsZero() {
+		return
+	}
+	got, err := p.extend(ctx, cfg, id, want)
+	if err != nil {
+		p.log.Warn("extending a sandbox failed; it stops at its current end", "id", id, "error", err)
+		return
+	}
+	p.mu.Lock()
+	r.stopAt = got
+	p.mu.Unlock()
+}
+
+// extend asks Deno to move the sandbox's end to want and returns the end
+// it granted.
+func (p *Provider) extend(ctx context.Context, cfg *configured, id string, want time.Time) (time.Time, error) {
+	var out struct {
+		StopAtMs int64 `json:"stop_at_ms"`
+	}
+	if err := cfg.c.do(ctx, "extend", http.MethodPatch, cfg.c.sandbox, "/api/v3/sandbox/"+id, map[string]int64{"stop_at_ms": want.UnixMilli()}, &out); err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(out.StopAtMs), nil
+}
+
+// ExposeHTTP makes port of the sandbox public and returns its URL, which
+// anyone may call (Deno puts no auth in front of it).
+func (p *Provider) ExposeHTTP(ctx context.Context, id string, port int) (string, error) {
+	const op = "expose"
+	if port < 1 || port > 65535 {
+		return "", providers.Errorf(providers.InvalidArgument, op, "port %d is not from 1 to 65535", port)
+	}
+	rc, err := p.conn(ctx, op, id)
+	if err != nil {
+		return "", err
+	}
+	cfg, _ := p.settings(op)
+	var out struct {
+		Domain string `json:"domain"`
+	}
+	if err := cfg.c.do(ctx, op, http.MethodPost, cfg.c.sandbox, "/api/v3/sandbox/"+id+"/expose/http", map[string]any{}, &out); err != nil {
+		return "", err
+	}
+	if out.Domain == "" || strings.ContainsAny(out.Domain, "/?#@ ") {
+		return "", providers.Errorf(providers.Internal, op, "Deno's expose answer names no usable domain (%q)", clip(out.Domain))
+	}
+	if err := rc.call(ctx, op, "exposeHttp", map[string]any{"domain": out.Domain, "port": port}, nil); err != nil {
+		return "", err
+	}
+	return "https://" + out.Domain, nil
+}
