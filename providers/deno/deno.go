@@ -68,6 +68,7 @@ type Provider struct {
 	conns    map[string]*rpcConn
 	records  map[string]*record
 	naming   map[string]*sync.Mutex // names being created
+	names    map[string]string      // Deno slug -> ours, where they differ
 	volumes  map[string]map[string]string
 	snaps    map[string]map[string]string
 	building map[string]*flight
@@ -107,6 +108,7 @@ func New() *Provider {
 		conns:    map[string]*rpcConn{},
 		records:  map[string]*record{},
 		naming:   map[string]*sync.Mutex{},
+		names:    map[string]string{},
 		volumes:  map[string]map[string]string{},
 		snaps:    map[string]map[string]string{},
 		building: map[string]*flight{},
@@ -346,7 +348,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if err := p.checkSnapshot(ctx, cfg, spec.Snapshot); err != nil {
 			return sandboxConfig{}, nil, nil, err
 		}
-		sc.Root = &volumeRef{Volume: spec.Snapshot}
+		sc.Root = &volumeRef{Volume: p.denoSlug(spec.Snapshot)}
 	}
 	for _, m := range spec.Mounts {
 		if m.Path == "" {
@@ -358,7 +360,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if !strings.HasPrefix(m.Path, "/") || cleanPath(m.Path) != m.Path {
 			return bad("mount path %q must be absolute and clean", m.Path)
 		}
-		sc.Volumes = append(sc.Volumes, mountRef{Volume: m.Volume, Path: m.Path})
+		sc.Volumes = append(sc.Volumes, mountRef{Volume: p.denoSlug(m.Volume), Path: m.Path})
 		rec.mounts = append(rec.mounts, m)
 	}
 	return sc, env, rec, nil

@@ -75,7 +75,7 @@ func (p *Provider) run(ctx context.Context, rc *rpcConn, op string, argv []strin
 	begin := func() {}
 	if stdin != nil {
 		var sid int
-		sid, begin, stdinDone = rc.sendStream(ctx, stdin)
+		sid, begin, stdinDone = rc.sendStream(stdin)
 		params["stdinStreamId"] = sid
 	}
 	var spawned struct {
@@ -212,7 +212,7 @@ func (p *Provider) WriteFile(ctx context.Context, id string, f providers.WriteFi
 	if content == nil {
 		content = strings.NewReader("")
 	}
-	sid, begin, sent := rc.sendStream(ctx, content)
+	sid, begin, sent := rc.sendStream(content)
 	err = rc.callThen(ctx, op, "writeFile", map[string]any{"path": tmp, "contentStreamId": sid, "options": map[string]any{"create": true, "mode": mode}}, nil, begin)
 	var serr error
 	select {

@@ -30,6 +30,10 @@ type rpcConn struct {
 	nextOut int           // client streams (stdin, file content)
 	err     error         // set once the socket is gone
 	done    chan struct{}
+	// ctx is the socket's life: every write uses it, never a caller's,
+	// since a write whose context ends closes the WebSocket.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 type reply struct {
@@ -84,6 +88,7 @@ func dial(ctx context.Context, c *client, op, url string, config []byte) (*rpcCo
 	}
 	ws.SetReadLimit(64 << 20)
 	rc := &rpcConn{id: id, ws: ws, pending: map[int64]chan reply{}, inbound: map[int]*sink{}, done: make(chan struct{})}
+	rc.ctx, rc.cancel = context.WithCancel(context.Background())
 	go rc.read()
 	go rc.keepalive()
 	return rc, nil
@@ -98,9 +103,7 @@ func (rc *rpcConn) keepalive() {
 		case <-rc.done:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = rc.ws.Write(ctx, websocket.MessageText, []byte("ping"))
-			cancel()
+			_ = rc.ws.Write(rc.ctx, websocket.MessageText, []byte("ping"))
 		}
 	}
 }
@@ -156,6 +159,7 @@ func (rc *rpcConn) shut(err error) {
 	}
 	rc.err = gone
 	close(rc.done)
+	rc.cancel()
 	for id, ch := range rc.pending {
 		close(ch)
 		delete(rc.pending, id)
@@ -282,12 +286,12 @@ func (s *sink) copyTo(w io.Writer) error {
 }
 
 // send writes one JSON message.
-func (rc *rpcConn) send(ctx context.Context, v any) error {
+func (rc *rpcConn) send(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return rc.ws.Write(ctx, websocket.MessageText, b)
+	return rc.ws.Write(rc.ctx, websocket.MessageText, b)
 }
 
 // call invokes method and decodes {"ok": ...} into out (nil: discarded). An
@@ -315,7 +319,7 @@ func (rc *rpcConn) callThen(ctx context.Context, op, method string, params, out 
 		delete(rc.pending, id)
 		rc.mu.Unlock()
 	}
-	if err := rc.send(ctx, map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
+	if err := rc.send(map[string]any{"jsonrpc": "2.0", "id": id, "method": method, "params": params}); err != nil {
 		forget()
 		if ctx.Err() != nil {
 			return providers.Wrap(providers.DeadlineExceeded, op, err)
@@ -395,14 +399,14 @@ func appCode(e *appError) providers.Code {
 // which sends the chunks base64 encoded, then end, or error when r fails
 // (the receiver then fails the call that reads it); done says how that
 // went. The SDK announces the stream before the call that names it.
-func (rc *rpcConn) sendStream(ctx context.Context, r io.Reader) (id int, begin func(), done <-chan error) {
+func (rc *rpcConn) sendStream(r io.Reader) (id int, begin func(), done <-chan error) {
 	rc.mu.Lock()
 	id = rc.nextOut
 	rc.nextOut++
 	rc.mu.Unlock()
 	result := make(chan error, 1)
 	note := func(method string, params map[string]any) error {
-		return rc.send(ctx, map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+		return rc.send(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
 	}
 	if err := note("$sandbox.stream.start", map[string]any{"streamId": id}); err != nil {
 		result <- err

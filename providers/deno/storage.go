@@ -20,11 +20,42 @@ import (
 // slugRE is Deno's slug rule, shared by volumes and snapshots.
 var slugRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,30}[a-z0-9]$`)
 
+func denoValid(slug string) bool {
+	return slugRE.MatchString(slug) && (len(slug) < 4 || slug[2:4] != "--")
+}
+
+// sandstepSlugRE is what a slug of the interface may be here: longer or
+// other than Deno's, it is carried as a hash.
+var sandstepSlugRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
 func checkSlug(op, slug string) error {
-	if !slugRE.MatchString(slug) || (len(slug) >= 4 && slug[2:4] == "--") {
-		return providers.Errorf(providers.InvalidArgument, op, "slug %q: Deno takes 2 to 32 characters of a-z, 0-9 and -, not starting or ending with -", slug)
+	if !sandstepSlugRE.MatchString(slug) {
+		return providers.Errorf(providers.InvalidArgument, op, "slug %q must be 1 to 128 characters of letters, digits, '.', '_' and '-', starting with a letter or digit", slug)
 	}
 	return nil
+}
+
+// denoSlug is the slug Deno knows: the slug itself when Deno takes it (so
+// deps-<hash> and ws-<session> read the same in Deno's console), else
+// "h-" and a hash of it, which this process maps back.
+func (p *Provider) denoSlug(slug string) string {
+	if denoValid(slug) && !strings.HasPrefix(slug, "h-") && !strings.HasPrefix(slug, "sb-") {
+		return slug
+	}
+	sum := sha256.Sum256([]byte(slug))
+	d := "h-" + hex.EncodeToString(sum[:])[:24]
+	p.mu.Lock()
+	p.names[d] = slug
+	p.mu.Unlock()
+	return d
+}
+
+// ourSlug maps a Deno slug back; p.mu is held.
+func (p *Provider) ourSlug(d string) string {
+	if s, ok := p.names[d]; ok {
+		return s
+	}
+	return d
 }
 
 // volumeJSON and snapshotJSON are Deno's objects (snake_case).
@@ -113,6 +144,7 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	vol := buildVolume(spec.Slug)
+	dslug := p.denoSlug(spec.Slug)
 	var v volumeJSON
 	err := cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{
 		"slug": vol, "region": cfg.s.Region, "capacity": fmt.Sprintf("%dMB", cfg.s.SnapshotCapacityMB), "from": "builtin:debian-13",
@@ -120,7 +152,7 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	if isStatus(err, http.StatusConflict) {
 		// Another process builds it: wait for the snapshot.
 		p.log.Info("another process builds the snapshot; waiting for it", "slug", spec.Slug, "volume", vol)
-		return p.awaitSnapshot(ctx, cfg, spec.Slug, false)
+		return p.awaitSnapshot(ctx, cfg, dslug, false)
 	}
 	if err != nil {
 		return providers.Snapshot{}, err
@@ -168,7 +200,7 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	// snapshot it until then.
 	var sn snapshotJSON
 	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
-		err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(vol)+"/snapshot", map[string]string{"slug": spec.Slug}, &sn)
+		err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(vol)+"/snapshot", map[string]string{"slug": dslug}, &sn)
 		if err == nil || !(isStatus(err, http.StatusConflict) || providers.CodeOf(err) == providers.Unavailable) {
 			break
 		}
@@ -184,7 +216,7 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	p.mu.Lock()
 	p.snaps[spec.Slug] = maps.Clone(spec.Labels)
 	p.mu.Unlock()
-	snap, err := p.awaitSnapshot(ctx, cfg, spec.Slug, true)
+	snap, err := p.awaitSnapshot(ctx, cfg, dslug, true)
 	if err == nil {
 		p.log.Info("snapshot built", "slug", spec.Slug, "bytes", snap.SizeBytes)
 	}
@@ -236,12 +268,13 @@ func (p *Provider) deleteWhenDetached(ctx context.Context, cfg *configured, slug
 func (p *Provider) snapshot(sn snapshotJSON) providers.Snapshot {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return providers.Snapshot{Slug: sn.Slug, Labels: maps.Clone(p.snaps[sn.Slug]), SizeBytes: sn.Allocated}
+	slug := p.ourSlug(sn.Slug)
+	return providers.Snapshot{Slug: slug, Labels: maps.Clone(p.snaps[slug]), SizeBytes: sn.Allocated}
 }
 
 func (p *Provider) getSnapshot(ctx context.Context, cfg *configured, op, slug string) (providers.Snapshot, error) {
 	var sn snapshotJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(slug), nil, &sn); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, &sn); err != nil {
 		return providers.Snapshot{}, err
 	}
 	return p.snapshot(sn), nil
@@ -279,7 +312,7 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil // no such snapshot can exist
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(slug), nil, nil)
+	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
 		return err
 	}
@@ -376,7 +409,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 		return providers.Volume{}, providers.Errorf(providers.InvalidArgument, op, "capacity %d MB: Deno's volumes hold 300 to 20000 MB", capacity)
 	}
 	var v volumeJSON
-	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": spec.Slug, "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
+	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": p.denoSlug(spec.Slug), "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
 	if isStatus(err, http.StatusConflict) {
 		got, gerr := p.GetVolume(ctx, spec.Slug)
 		if providers.IsNotFound(gerr) {
@@ -396,7 +429,8 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 func (p *Provider) volume(v volumeJSON) providers.Volume {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return providers.Volume{Slug: v.Slug, Labels: maps.Clone(p.volumes[v.Slug]), CapacityMB: int(v.Capacity / 1_000_000), SizeBytes: v.Allocated}
+	slug := p.ourSlug(v.Slug)
+	return providers.Volume{Slug: slug, Labels: maps.Clone(p.volumes[slug]), CapacityMB: int(v.Capacity / 1_000_000), SizeBytes: v.Allocated}
 }
 
 // GetVolume returns a volume by slug.
@@ -410,7 +444,7 @@ func (p *Provider) GetVolume(ctx context.Context, slug string) (providers.Volume
 		return providers.Volume{}, providers.Errorf(providers.NotFound, op, "no volume %q", slug)
 	}
 	var v volumeJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(slug), nil, &v); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, &v); err != nil {
 		return providers.Volume{}, err
 	}
 	return p.volume(v), nil
@@ -427,7 +461,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(slug), nil, nil)
+	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
 		return err
 	}
@@ -453,7 +487,7 @@ func (p *Provider) ListVolumes(ctx context.Context, labels map[string]string) ([
 		}
 		for _, v := range page {
 			vol := p.volume(v)
-			if strings.HasPrefix(v.Slug, "sb-") && len(v.Slug) == 27 {
+			if strings.HasPrefix(v.Slug, "sb-") {
 				continue // a snapshot's build volume, not a volume of the interface
 			}
 			if matches(vol.Labels, labels) {

@@ -460,7 +460,8 @@ func (sb *sandbox) resolve(p string) (host string, writable bool) {
 		}
 	}
 	for _, m := range sb.mounts {
-		if within(p, m.at) && len(m.at) > len(bestAt) {
+		// A mount over a layer directory (a volume at /workspace) wins.
+		if within(p, m.at) && len(m.at) >= len(bestAt) {
 			best, bestAt = m.dir, m.at
 		}
 	}
