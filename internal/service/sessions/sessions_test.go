@@ -14,8 +14,10 @@ import (
 // A file written to /workspace in one run is there in a later run, after
 // the cleanup closed the idle sandbox and a new one started; another
 // session, and another tenant's session of the same id, do not see it.
-func TestWorkspaceOutlivesIdleSandbox(t *testing.T) {
-	e := newEnv(t, envConfig{})
+func TestWorkspaceOutlivesIdleSandbox(t *testing.T) { workspaceOutlivesIdleSandbox(t, envConfig{}) }
+
+func workspaceOutlivesIdleSandbox(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	first := e.run(tokenAcme, "s1", "shell", "echo 'kept across sandboxes' > /workspace/notes.txt && pwd")
 	if out := wantOK(t, first); out != "/workspace\n" {
 		t.Fatalf("stdout = %q, want the run to start in /workspace", out)
