@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
@@ -118,4 +121,17 @@ func inProcess(t testing.TB, f *fakedeno.Running) *deno.Provider {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// newRecorder serves on 127.0.0.1 and records each request's X-Key.
+func newRecorder(t testing.TB, mu *sync.Mutex, seen *[]string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		*seen = append(*seen, r.Header.Get("X-Key"))
+		mu.Unlock()
+		_, _ = w.Write([]byte("ok"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
 }
