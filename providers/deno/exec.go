@@ -67,10 +67,16 @@ func (p *Provider) Exec(ctx context.Context, id string, req providers.ExecReques
 // stderr (nil discards).
 func (p *Provider) run(ctx context.Context, rc *rpcConn, op string, argv []string, cwd string, env map[string]string, stdin io.Reader, stdout, stderr io.Writer, timeout time.Duration) (execResult, error) {
 	start := time.Now()
-	params := map[string]any{"command": argv[0], "args": argv[1:], "cwd": cwd, "stdout": "piped", "stderr": "piped"}
-	if len(env) > 0 {
-		params["env"] = maps.Clone(env)
+	// Every process of the command inherits the marker, which neither a
+	// new process group nor setsid sheds: at the deadline the whole tree
+	// dies (Deno's processKill ends the one process).
+	marker := randomHex(12)
+	penv := maps.Clone(env)
+	if penv == nil {
+		penv = map[string]string{}
 	}
+	penv[execMarker] = marker
+	params := map[string]any{"command": argv[0], "args": argv[1:], "cwd": cwd, "stdout": "piped", "stderr": "piped", "env": penv}
 	var stdinDone <-chan error
 	begin := func() {}
 	if stdin != nil {
@@ -128,6 +134,7 @@ func (p *Provider) run(ctx context.Context, rc *rpcConn, op string, argv []strin
 		if kerr := rc.call(killCtx, op, "processKill", map[string]any{"pid": spawned.Pid, "signal": "SIGKILL"}, nil); kerr != nil && providers.CodeOf(kerr) != providers.NotFound {
 			p.log.Warn("killing a command failed", "id", rc.id, "error", kerr)
 		}
+		p.killMarked(killCtx, rc, op, marker)
 		err = rc.call(killCtx, op, "processWait", map[string]any{"pid": spawned.Pid}, &status)
 		if ctx.Err() != nil {
 			wg.Wait()
@@ -152,6 +159,49 @@ func (p *Provider) run(ctx context.Context, rc *rpcConn, op string, argv []strin
 	res.OOM = status.OOM != nil
 	res.Duration = time.Since(start)
 	return res, nil
+}
+
+// execMarker is the variable naming an exec in each of its processes.
+const execMarker = "SANDSTEP_EXEC_ID"
+
+// killScript kills every process whose environment holds $1, round after
+// round while any is found (a dying shell may fork once more).
+const killScript = `m="` + execMarker + `=$1"
+for round in 1 2 3 4 5 6 7 8 9 10; do
+  found=
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}; pid=${pid%/environ}
+    [ "$pid" = "$$" ] && continue
+    if tr '\0' '\n' < "$e" 2>/dev/null | grep -qxF "$m"; then kill -9 "$pid" 2>/dev/null; found=1; fi
+  done
+  [ -z "$found" ] && exit 0
+  sleep 0.05
+done`
+
+// killMarked kills what is left of an exec whose marker is marker.
+func (p *Provider) killMarked(ctx context.Context, rc *rpcConn, op, marker string) {
+	res, err := p.run0(ctx, rc, op, []string{"/bin/sh", "-c", killScript, "sh", marker})
+	if err != nil || res.ExitCode != 0 {
+		p.log.Warn("killing the processes of a command failed", "id", rc.id, "exit", res.ExitCode, "error", err)
+	}
+}
+
+// run0 runs a helper command of the provider's own: no marker, no kill
+// of its own beyond the context.
+func (p *Provider) run0(ctx context.Context, rc *rpcConn, op string, argv []string) (execResult, error) {
+	var spawned struct {
+		Pid            int  `json:"pid"`
+		StdoutStreamID *int `json:"stdoutStreamId"`
+		StderrStreamID *int `json:"stderrStreamId"`
+	}
+	if err := rc.call(ctx, op, "spawn", map[string]any{"command": argv[0], "args": argv[1:], "cwd": "/", "stdout": "null", "stderr": "null"}, &spawned); err != nil {
+		return execResult{}, err
+	}
+	var status struct {
+		Code int `json:"code"`
+	}
+	err := rc.call(ctx, op, "processWait", map[string]any{"pid": spawned.Pid}, &status)
+	return execResult{ExitCode: status.Code}, err
 }
 
 func writeNote(w io.Writer, s string) error {

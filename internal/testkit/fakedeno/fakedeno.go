@@ -16,8 +16,10 @@
 // (/home/app, /opt, /tmp and /workspace) coming from its root: a fresh
 // directory for the base image, a copy of a snapshot (writes are ephemeral,
 // as on Deno), or a bootable volume's own directory (writes persist). Data
-// volumes are directories bound where the config mounts them. Each spawn gets
-// a pid namespace of its own and dies with the sandbox.
+// volumes are directories bound where the config mounts them. Sandboxes share
+// the host's pid and network namespaces: a process left in the background
+// outlives its spawn, as in Deno's VM, and every process of a sandbox carries
+// a marker in its environment by which the sandbox's stop kills them all.
 package fakedeno
 
 import (
@@ -114,7 +116,7 @@ func New(opts Options) (*Server, error) {
 	if s.root, err = hostRootArgs(); err != nil {
 		return nil, err
 	}
-	if out, err := exec.Command(s.bwrap, append(append([]string{}, s.root...), "--unshare-pid", "--", "/bin/true")...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(s.bwrap, append(append([]string{}, s.root...), "--", "/bin/true")...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("%w: %v: %s", ErrNoBubblewrap, err, strings.TrimSpace(string(out)))
 	}
 	if s.dir = opts.Dir; s.dir == "" {

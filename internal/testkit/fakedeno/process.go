@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,8 +17,9 @@ import (
 	"time"
 )
 
-// process is one spawn: bwrap running the command in a pid namespace of its
-// own, so that killing bwrap ends every process it started.
+// process is one spawn: bwrap running the command in a process group of
+// its own. Processes it leaves in the background live on, as in Deno's VM,
+// until the sandbox stops; every one carries the sandbox's marker.
 type process struct {
 	pid    int
 	cmd    *exec.Cmd
@@ -37,23 +37,16 @@ var signals = map[string]syscall.Signal{
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// kill signals the command. Only SIGKILL is sure to end the whole
-// namespace; other signals go to the command itself, through bwrap.
+// kill signals the command's process group.
 func (p *process) kill(name string) {
 	p.mu.Lock()
 	if p.signal == "" {
 		p.signal = name
 	}
 	p.mu.Unlock()
-	sig := signals[name]
-	if p.cmd.Process == nil {
-		return
+	if p.cmd.Process != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, signals[name])
 	}
-	if sig == syscall.SIGKILL {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		return
-	}
-	_ = p.cmd.Process.Signal(sig)
 }
 
 type spawnParams struct {
@@ -172,11 +165,12 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 	}
 	maps.Copy(env, p.Env)
 	args := append(slices.Clone(c.s.root), c.sb.bindArgs()...)
-	args = append(args, "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--")
+	args = append(args, "--die-with-parent", "--chdir", cwd, "--")
 	cmd := exec.Command(c.s.bwrap, append(args, argv...)...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
 		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
+	cmd.Env = append(cmd.Env, c.sb.marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stdin io.ReadCloser
 	if p.StdinStreamID != nil {
@@ -240,12 +234,22 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 		go func() {
 			defer pumps.Done()
 			c.pump(context.WithoutCancel(ctx), *id, r)
-			_ = r.Close()
 		}()
 	}
 	go func() {
 		err := cmd.Wait()
-		pumps.Wait()
+		// A background process may hold the output pipes: the output
+		// ends with the command, a moment later at most.
+		drained := make(chan struct{})
+		go func() { pumps.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(500 * time.Millisecond):
+			for _, r := range outs {
+				_ = r.Close()
+			}
+			<-drained
+		}
 		if stdin != nil {
 			_ = stdin.Close()
 		}
@@ -349,6 +353,3 @@ func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
 }
-
-var _ = filepath.Join
-var _ = time.Now

@@ -13,10 +13,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/sandstep/sandstep/internal/testkit/procmark"
 )
 
 // sandbox is one fake sandbox. Fields below mu in Server are guarded by it.
@@ -43,6 +44,7 @@ type sandbox struct {
 	stopped      bool
 	stoppedAt    time.Time
 	done         chan struct{} // closed when stopped
+	marker       string        // NAME=value in the environment of its processes
 }
 
 type mount struct {
@@ -147,6 +149,7 @@ func (s *Server) newSandbox(cfg config) (sb *sandbox, status int, code, msg stri
 		conns: map[*conn]bool{}, procs: map[int]*process{}, nextPid: 2,
 		exposed: map[string]string{}, done: make(chan struct{}),
 	}
+	sb.marker = "FAKEDENO_SANDBOX=" + randomHex(8) + "-" + sb.id
 	if cfg.StopAtMs != nil {
 		sb.stopAt = time.UnixMilli(*cfg.StopAtMs)
 		if !sb.stopAt.After(now) {
@@ -309,6 +312,7 @@ func (s *Server) stop(sb *sandbox, why string) {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	procmark.Kill(sb.marker)
 	for _, p := range procs {
 		p.kill("SIGKILL")
 		<-p.exited
@@ -445,7 +449,8 @@ func hostRootArgs() ([]string, error) {
 		}
 		args = append(args, "--ro-bind", p, p)
 	}
-	return append(args, "--dev", "/dev", "--proc", "/proc"), nil
+	// The host's pid namespace is shared, so its /proc is the right one.
+	return append(args, "--dev", "/dev", "--bind", "/proc", "/proc"), nil
 }
 
 // resolve maps a path inside the sandbox onto the host: the deepest mount
@@ -492,5 +497,3 @@ func (sb *sandbox) wait(ctx context.Context) {
 	case <-ctx.Done():
 	}
 }
-
-var _ = sync.Mutex{}
