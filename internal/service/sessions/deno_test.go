@@ -24,12 +24,16 @@ const (
 
 // startDeno serves a fake Deno for one test. Deno runs 5 sandboxes per
 // organisation unless it raises the limit; the 10 concurrent first runs
-// of the snapshot test need more, as such an organisation would.
-func startDeno(t testing.TB, hosts map[string]string) *fakedeno.Running {
+// of the snapshot test need more, as such an organisation would: 0 means
+// 16.
+func startDeno(t testing.TB, hosts map[string]string, maxSandboxes int) *fakedeno.Running {
 	t.Helper()
 	need(t, "bwrap", "the fake Deno runs commands with bubblewrap (Debian package bubblewrap)")
 	t.Setenv(denoTokenEnv, denoToken)
-	opts := fakedeno.Options{Token: denoToken, MaxSandboxes: 16, Hosts: hosts}
+	if maxSandboxes == 0 {
+		maxSandboxes = 16
+	}
+	opts := fakedeno.Options{Token: denoToken, MaxSandboxes: maxSandboxes, Hosts: hosts}
 	if root, err := testbin.Root(); err == nil {
 		if p := filepath.Join(root, testbin.DenoPath); fileExistsHere(p) {
 			opts.DenoPath = p
@@ -87,7 +91,7 @@ func TestOnDeno(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			// Session sandboxes outlive the stack on Deno, as they outlive
 			// a Lambda invocation: the fake's Close stops them.
-			body(t, envConfig{deno: startDeno(t, nil)})
+			body(t, envConfig{deno: startDeno(t, nil, 0)})
 		})
 	}
 }
@@ -115,7 +119,7 @@ func TestSecretScopedToItsHostOnDeno(t *testing.T) {
 	defer other.Close()
 	_, apiPort, _ := net.SplitHostPort(api.Listener.Addr().String())
 	_, otherPort, _ := net.SplitHostPort(other.Listener.Addr().String())
-	f := startDeno(t, map[string]string{"api.example.test": api.Listener.Addr().String(), "other.example.test": other.Listener.Addr().String()})
+	f := startDeno(t, map[string]string{"api.example.test": api.Listener.Addr().String(), "other.example.test": other.Listener.Addr().String()}, 0)
 
 	secret := "sk-deno-scoped-" + strings.Repeat("7c", 8)
 	t.Setenv("SANDSTEP_TEST_SECRET", secret)
