@@ -17,7 +17,9 @@ func sessionKey(tenant, id string) string { return ids.SessionKey(tenant, id) }
 // The cleanup deletes exactly the sessions idle past the TTL at the time
 // it runs: their volumes, sandboxes and records, with an event saying so
 // first and after.
-func TestCleanupDeletesExactlyTheExpired(t *testing.T) { cleanupDeletesExactlyTheExpired(t, envConfig{}) }
+func TestCleanupDeletesExactlyTheExpired(t *testing.T) {
+	cleanupDeletesExactlyTheExpired(t, envConfig{})
+}
 
 func cleanupDeletesExactlyTheExpired(t *testing.T, ec envConfig) {
 	e := newEnv(t, ec)
@@ -109,7 +111,9 @@ func cleanupDeletesExactlyTheExpired(t *testing.T, ec envConfig) {
 // A run racing the cleanup either keeps its session, with every file it
 // wrote, or is refused before it starts; the cleanup never deletes a
 // volume under a run.
-func TestCleanupNeverDeletesARunningSession(t *testing.T) { cleanupNeverDeletesARunningSession(t, envConfig{}) }
+func TestCleanupNeverDeletesARunningSession(t *testing.T) {
+	cleanupNeverDeletesARunningSession(t, envConfig{})
+}
 
 func cleanupNeverDeletesARunningSession(t *testing.T, ec envConfig) {
 	ec = with(ec, envConfig{sessions: "volume_ttl_minutes = 1\nsandbox_idle_minutes = 1"})

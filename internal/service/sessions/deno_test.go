@@ -86,6 +86,7 @@ func TestOnDeno(t *testing.T) {
 		"CleanupDeletesExactlyTheExpired":    cleanupDeletesExactlyTheExpired,
 		"CleanupNeverDeletesARunningSession": cleanupNeverDeletesARunningSession,
 		"RunOnASessionBeingDeleted":          runOnASessionBeingDeleted,
+		"TypeScript":                         typeScript,
 		"SnapshotBuiltOnceAndReused":         snapshotBuiltOnceAndReused,
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -129,8 +129,10 @@ func TestLanguages(t *testing.T) {
 // semantics as JavaScript: types erased, enums turned into JavaScript, the
 // last expression the result, top-level await, errors pointing at the
 // code's lines; and JavaScript runs on that Deno too.
-func TestTypeScript(t *testing.T) {
-	e := newEnv(t, envConfig{})
+func TestTypeScript(t *testing.T) { typeScript(t, envConfig{}) }
+
+func typeScript(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	// Fails under CI=true when make deps did not install Deno.
 	if !testbin.LinkDeno(t, toolsDir) {
 		t.Skip("deno is missing (make deps installs it)")

@@ -126,7 +126,7 @@ func (c *conn) drop(id *int) {
 // through the fake's proxy, which knows the sandbox by the proxy user name.
 func (c *conn) baseEnv() map[string]string {
 	env := map[string]string{
-		"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"PATH": denoBin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME": "/home/app", "USER": "app", "LANG": "C.UTF-8",
 		"DENO_DEPLOY_ORGANIZATION_ID": "org_fake",
 	}
@@ -164,7 +164,7 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 		env = map[string]string{}
 	}
 	maps.Copy(env, p.Env)
-	args := append(slices.Clone(c.s.root), c.sb.bindArgs()...)
+	args := append(slices.Clone(c.s.root), c.sb.bindArgs(c.s.deno)...)
 	args = append(args, "--die-with-parent", "--chdir", cwd, "--")
 	cmd := exec.Command(c.s.bwrap, append(args, argv...)...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -478,11 +478,18 @@ func (sb *sandbox) resolve(p string) (host string, writable bool) {
 
 func within(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
-// bindArgs binds the sandbox's writable directories.
-func (sb *sandbox) bindArgs() []string {
+// denoBin is where the sandbox finds deno, on its PATH: where Deno's
+// installer puts it.
+const denoBin = "/home/app/.deno/bin"
+
+// bindArgs binds the sandbox's writable directories, and deno.
+func (sb *sandbox) bindArgs(deno string) []string {
 	var args []string
 	for _, d := range layerDirs {
 		args = append(args, "--bind", filepath.Join(sb.layer, d.sub), d.at)
+	}
+	if deno != "" {
+		args = append(args, "--ro-bind", deno, denoBin+"/deno")
 	}
 	for _, m := range sb.mounts {
 		args = append(args, "--bind", m.dir, m.at)
