@@ -63,6 +63,9 @@ type Provider struct {
 	log *slog.Logger
 	hc  *http.Client
 
+	// now is the clock that decides when a sandbox is extended.
+	now func() time.Time
+
 	mu       sync.Mutex
 	cfg      *configured
 	conns    map[string]*rpcConn
@@ -104,6 +107,7 @@ func New() *Provider {
 	t.MaxIdleConnsPerHost = 32
 	return &Provider{
 		log:      plugin.Logger("provider", "deno"),
+		now:      time.Now,
 		hc:       &http.Client{Transport: t},
 		conns:    map[string]*rpcConn{},
 		records:  map[string]*record{},
@@ -637,9 +641,10 @@ func (p *Provider) extendIfDue(ctx context.Context, cfg *configured, id string) 
 	p.mu.Lock()
 	r := p.records[id]
 	var want time.Time
-	if r != nil && r.until.After(r.stopAt) && time.Until(r.stopAt) < extendWithin {
+	now := p.now()
+	if r != nil && r.until.After(r.stopAt) && r.stopAt.Sub(now) < extendWithin {
 		want = r.until
-		if lim := time.Now().Add(maxStop); want.After(lim) {
+		if lim := now.Add(maxStop); want.After(lim) {
 			want = lim
 		}
 	}

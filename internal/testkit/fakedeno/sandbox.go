@@ -379,8 +379,9 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	want := time.UnixMilli(in.StopAtMs)
-	// The grant may differ from the request: at most 30 minutes more.
-	if limit := time.Now().Add(maxExtend); want.After(limit) {
+	// The grant may differ from the request: a call adds at most 30
+	// minutes.
+	if limit := sb.stopAt.Add(maxExtend); want.After(limit) {
 		want = limit
 	}
 	if want.After(sb.stopAt) {
@@ -407,6 +408,17 @@ func (s *Server) handleExpose(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"domain": domain})
+}
+
+// StopAt returns when a sandbox stops on its own; zero for one in session
+// mode or unknown.
+func (s *Server) StopAt(id string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.sandboxes[id]; sb != nil {
+		return sb.stopAt
+	}
+	return time.Time{}
 }
 
 // Exposed returns what the exposeHttp calls of a sandbox asked for: domain
