@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -456,13 +455,4 @@ func dirSize(dir string) int64 {
 		return nil
 	})
 	return n
-}
-
-// labelsQuery renders labels as the list endpoint's query.
-func labelsQuery(labels map[string]string) string {
-	q := url.Values{}
-	for k, v := range labels {
-		q.Set("labels["+k+"]", v)
-	}
-	return q.Encode()
 }

@@ -221,8 +221,7 @@ func (c *conn) claim(id int) (io.ReadCloser, bool) {
 	return in, true
 }
 
-// outStream sends r to the client as a server stream: start, enqueue in
-// base64, end.
+// newStreamID allocates a server stream id.
 func (c *conn) newStreamID() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -231,6 +230,8 @@ func (c *conn) newStreamID() int {
 	return id
 }
 
+// pump sends r to the client as server stream id: enqueue in base64, then
+// end.
 func (c *conn) pump(ctx context.Context, id int, r io.Reader) {
 	buf := make([]byte, 32<<10)
 	for {

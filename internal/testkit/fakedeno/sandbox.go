@@ -1,7 +1,6 @@
 package fakedeno
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -507,12 +506,4 @@ func (sb *sandbox) bindArgs(deno string) []string {
 		args = append(args, "--bind", m.dir, m.at)
 	}
 	return args
-}
-
-// wait blocks until the sandbox stops or ctx ends.
-func (sb *sandbox) wait(ctx context.Context) {
-	select {
-	case <-sb.done:
-	case <-ctx.Done():
-	}
 }
