@@ -69,8 +69,8 @@ type Provider struct {
 	cfg      *configured
 	conns    map[string]*rpcConn
 	records  map[string]*record
-	naming   map[string]*sync.Mutex // names being created
-	names    map[string]string      // Deno slug -> ours, where they differ
+	naming   map[string]*nameLock // names being created
+	names    map[string]string    // Deno slug -> ours, where they differ
 	volumes  map[string]map[string]string
 	snaps    map[string]map[string]string
 	building map[string]*flight
@@ -110,7 +110,7 @@ func New() *Provider {
 		hc:       &http.Client{Transport: t},
 		conns:    map[string]*rpcConn{},
 		records:  map[string]*record{},
-		naming:   map[string]*sync.Mutex{},
+		naming:   map[string]*nameLock{},
 		names:    map[string]string{},
 		volumes:  map[string]map[string]string{},
 		snaps:    map[string]map[string]string{},
@@ -247,6 +247,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 	}
 	rec.stopAt = time.UnixMilli(sc.StopAtMs)
 	p.mu.Lock()
+	p.prune(time.Now())
 	p.conns[rc.id] = rc
 	p.records[rc.id] = rec
 	p.mu.Unlock()
@@ -464,14 +465,44 @@ func (p *Provider) abandon(ctx context.Context, cfg *configured, id string) {
 	}
 }
 
+// lockName serialises creates of one name in this process; the lock goes
+// once nobody holds or waits for it.
 func (p *Provider) lockName(name string) func() {
 	p.mu.Lock()
 	m := p.naming[name]
 	if m == nil {
-		m = &sync.Mutex{}
+		m = &nameLock{}
 		p.naming[name] = m
 	}
+	m.users++
 	p.mu.Unlock()
 	m.Lock()
-	return m.Unlock
+	return func() {
+		m.Unlock()
+		p.mu.Lock()
+		if m.users--; m.users == 0 {
+			delete(p.naming, name)
+		}
+		p.mu.Unlock()
+	}
+}
+
+type nameLock struct {
+	sync.Mutex
+	users int // p.mu guards it
+}
+
+// prune forgets sandboxes past their asked-for end and sockets that
+// closed; p.mu is held.
+func (p *Provider) prune(now time.Time) {
+	for id, r := range p.records {
+		if now.Sub(r.until) > time.Hour {
+			delete(p.records, id)
+		}
+	}
+	for id, rc := range p.conns {
+		if !rc.alive() {
+			delete(p.conns, id)
+		}
+	}
 }
