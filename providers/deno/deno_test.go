@@ -269,3 +269,39 @@ func TestSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotBuiltOnceAcrossProcesses: two processes (as two Lambda
+// invocations) ensuring one snapshot at once build it once: the loser
+// meets the winner's build volume and waits for the snapshot.
+func TestSnapshotBuiltOnceAcrossProcesses(t *testing.T) {
+	f := startFake(t, fakedeno.Options{})
+	a, b := inProcess(t, f), inProcess(t, f)
+	spec := providers.SnapshotSpec{Slug: "deps-shared", Setup: []string{"sleep 1; echo built >> /opt/builds"}, Timeout: time.Minute}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, p := range []*deno.Provider{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = p.EnsureSnapshot(t.Context(), spec)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("EnsureSnapshot #%d: %v", i+1, err)
+		}
+	}
+	sb, err := a.Create(t.Context(), providers.CreateSpec{Snapshot: "deps-shared"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Terminate(context.WithoutCancel(t.Context()), sb.ID)
+	if out := execOut(t, a, sb.ID, "cat /opt/builds"); out != "built\n" {
+		t.Fatalf("the setup ran %q, want once", out)
+	}
+	all, err := b.ListSnapshots(t.Context(), nil)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("snapshots: %+v, %v", all, err)
+	}
+}
