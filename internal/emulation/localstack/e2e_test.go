@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
@@ -46,7 +47,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.SandyPlugin); err == nil {
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.SandyPlugin, testbin.DenoPlugin); err == nil {
 		toolsDir, err = testbin.Build(filepath.Join(dir, "tools"), testbin.Crawler)
 	}
 	if err != nil {
@@ -88,6 +89,8 @@ type stackOpts struct {
 	// different providers; sandyURL is the fake Sandy it then talks to.
 	provider string
 	sandyURL string
+	// deno is the fake Deno provider "deno" talks to.
+	deno *fakedeno.Running
 	// searx answers the discover phase's searches; nil: no results.
 	searx *httptest.Server
 	// allowPrivate is [sandbox] allow_private: the fixture sites the
@@ -132,6 +135,11 @@ func newStackWith(t testing.TB, o stackOpts) *stack {
 		o.sandyURL = "http://127.0.0.1:1"
 	}
 	t.Setenv("SANDSTEP_TEST_SANDY_KEY", sandyKey)
+	t.Setenv("SANDSTEP_TEST_DENO_TOKEN", denoToken)
+	denoConsole, denoSandbox := "http://127.0.0.1:1", "http://127.0.0.1:1"
+	if o.deno != nil {
+		denoConsole, denoSandbox = o.deno.ConsoleURL, o.deno.SandboxURL
+	}
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
@@ -146,6 +154,10 @@ dns_servers = %s
 base_url = %q
 api_key_env = "SANDSTEP_TEST_SANDY_KEY"
 retry_base_delay = "10ms"
+[provider.deno]
+token_env = "SANDSTEP_TEST_DENO_TOKEN"
+console_url = %q
+sandbox_url = %q
 [sandbox]
 lifetime = "10m"
 allow_private = %s
@@ -154,7 +166,7 @@ dev_token_env = ""
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, dir, o.server, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
+`, dir, o.server, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, denoConsole, denoSandbox, tomlList(o.allowPrivate), o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
 	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 )
@@ -27,20 +28,41 @@ func startFakeSandy(t testing.TB) *fakesandy.Running {
 	return fs
 }
 
+// denoToken is the organisation token of the fake Deno.
+const denoToken = "ddo_localstack_test_0b7d2e"
+
+// startFakeDeno runs the contract's fake Deno on 127.0.0.1.
+func startFakeDeno(t testing.TB) *fakedeno.Running {
+	t.Helper()
+	requireBwrap(t)
+	f, err := fakedeno.Start(fakedeno.Options{Token: denoToken, Dir: t.TempDir()}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // The same deep-research job on every provider: the configurations differ
 // in [provider] name alone.
 func TestResearchOnEveryProvider(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
 	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b")}
-	for _, name := range []string{"local", "sandy"} {
+	for _, name := range []string{"local", "sandy", "deno"} {
 		t.Run(name, func(t *testing.T) {
 			o := stackOpts{provider: name, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()}
 			var fake *fakesandy.Running
 			fake = startFakeSandy(t)
 			o.sandyURL = fake.URL
+			if name == "deno" {
+				o.deno = startFakeDeno(t)
+			}
 			s := newStackWith(t, o)
-			if name == "sandy" {
+			switch name {
+			case "sandy":
 				s.live = fake.Sandboxes
+			case "deno":
+				s.live = o.deno.Running
 			}
 			id := "job-on-" + name
 			s.research(t, id, "light", "balanced", seeds)
@@ -63,7 +85,7 @@ func TestResearchOnEveryProvider(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %s", name, how)
-			if want := map[string]string{"local": "crawler mounted", "sandy": "crawler uploaded"}[name]; !strings.HasPrefix(how, want) {
+			if want := map[string]string{"local": "crawler mounted", "sandy": "crawler uploaded", "deno": "crawler uploaded"}[name]; !strings.HasPrefix(how, want) {
 				t.Errorf("crawler delivery on %s: %q, want %q", name, how, want)
 			}
 			s.noLiveSandboxes(t, id)

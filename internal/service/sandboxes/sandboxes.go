@@ -141,6 +141,13 @@ func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, err
 	return m.st.LedgerGet(ctx, name)
 }
 
+// Live returns every live ledger entry (being created or running), of
+// every owner: what a cleanup that must not take what a sandbox uses (a
+// snapshot) checks against.
+func (m *Manager) Live(ctx context.Context) ([]store.LedgerEntry, error) {
+	return m.st.LedgerListLive(ctx, time.Now().AddDate(100, 0, 0), 0)
+}
+
 // Held returns the live sandboxes owner holds (ledger entries not closed
 // that have a provider id), oldest first: what a phase ending a job may
 // still read from before ReleaseOwner takes them.

@@ -154,8 +154,12 @@ func (r *Resolver) parameter(ctx context.Context, ref config.SecretRef) (string,
 }
 
 // storeError keeps the store's error code and message (neither holds a
-// value) and marks the absent ones.
+// value; the reference is named by the caller) and marks the absent ones.
 func storeError(err error) error {
+	var ae *awsenv.APIError
+	if errors.As(err, &ae) {
+		err = ae
+	}
 	switch awsenv.ErrorCode(err) {
 	case "ResourceNotFoundException", "ParameterNotFound", "ParameterVersionNotFound":
 		return fmt.Errorf("%w (%w)", ErrNotFound, err)

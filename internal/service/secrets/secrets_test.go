@@ -78,8 +78,8 @@ func TestErrorsNameTheReference(t *testing.T) {
 	r := resolverFor(f, map[string]string{"AWS_ENDPOINT_URL": f.URL})
 	ctx := context.Background()
 	for s, want := range map[string]string{
-		"secretsmanager:missing":       "secretsmanager:missing: not found (secretsmanager GetSecretValue missing: 400 ResourceNotFoundException",
-		"ssm:/missing":                 "ssm:/missing: not found (ssm GetParameter /missing: 400 ParameterNotFound",
+		"secretsmanager:missing":       "secretsmanager:missing: not found (400 ResourceNotFoundException",
+		"ssm:/missing":                 "ssm:/missing: not found (400 ParameterNotFound",
 		"secretsmanager:notjson#k":     `secretsmanager:notjson#k: the secret's value is not a JSON object, so it has no key "k"`,
 		"secretsmanager:json#nokey":    `secretsmanager:json#nokey: the secret has no JSON key "nokey"`,
 		"MISSING_VARIABLE_FOR_SECRETS": "environment variable MISSING_VARIABLE_FOR_SECRETS is not set or is empty",

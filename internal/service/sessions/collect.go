@@ -94,10 +94,6 @@ func (s *Service) CollectSnapshots(ctx context.Context, now time.Time) (int, err
 	return n, errors.Join(errs...)
 }
 
-// LabelFromSnapshot names, on a session sandbox and in its ledger entry,
-// the snapshot it boots from.
-const LabelFromSnapshot = "sandstep.from-snapshot"
-
 // snapshotsInUse are the snapshots live sandboxes booted from, whoever's
 // they are, and those sandboxes are being created from: a snapshot is kept
 // while any sandbox uses it. The provider is asked first, then the ledger,
@@ -118,12 +114,12 @@ func (s *Service) snapshotsInUse(ctx context.Context, canList bool) (map[string]
 			}
 		}
 	}
-	live, err := s.st.LedgerListLive(ctx, time.Now().AddDate(100, 0, 0), 0)
+	live, err := s.sbx.Live(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	for _, e := range live {
-		if slug := e.Labels[LabelFromSnapshot]; slug != "" {
+		if slug := e.Snapshot; slug != "" {
 			used[slug] = true
 		}
 	}

@@ -223,10 +223,10 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 		mode = DepsAtStart
 	}
 	if caps.Snapshots {
+		// The sandbox's ledger entry, written before the create, names it:
+		// the snapshot cleanup keeps a snapshot a sandbox is being created
+		// from. (Not a label: Deno keeps five labels at most.)
 		spec.Snapshot = s.deps.slug
-		// In the ledger entry, written before the create: the snapshot
-		// cleanup keeps a snapshot a sandbox is being created from.
-		spec.Labels[LabelFromSnapshot] = s.deps.slug
 		if mode != DepsNone {
 			mode = DepsSnapshot
 		}

@@ -16,6 +16,7 @@ import (
 const (
 	LocalPlugin = "sandstep-provider-local"
 	SandyPlugin = "sandstep-provider-sandy"
+	DenoPlugin  = "sandstep-provider-deno"
 	Crawler     = "sandstep-crawler"
 	CLI         = "sandstep"
 )
@@ -24,6 +25,7 @@ const (
 var packages = map[string]string{
 	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
 	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
+	DenoPlugin:  "./providers/deno/cmd/sandstep-provider-deno",
 	Crawler:     "./cmd/sandstep-crawler",
 	CLI:         "./cmd/sandstep",
 }
