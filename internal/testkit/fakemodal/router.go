@@ -220,10 +220,16 @@ func (r *routerServer) TaskExecStart(_ context.Context, req *pb.TaskExecStartReq
 			timer.Stop()
 		}
 		ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
+		switch code := ws.ExitStatus(); {
+		case ws.Signaled():
 			p.signal = int32(ws.Signal())
-		} else {
-			p.code = int32(ws.ExitStatus())
+		case code > 128 && code <= 128+64:
+			// bubblewrap reports a command killed by signal n as exit
+			// 128+n; Modal reports the signal. (An explicit exit 129 to
+			// 192 is thus seen as a signal: a limit of the fake.)
+			p.signal = int32(code - 128)
+		default:
+			p.code = int32(code)
 		}
 		r.exited(sb, p)
 	}()

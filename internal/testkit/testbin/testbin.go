@@ -16,6 +16,7 @@ import (
 const (
 	LocalPlugin = "sandstep-provider-local"
 	SandyPlugin = "sandstep-provider-sandy"
+	ModalPlugin = "sandstep-provider-modal"
 	Crawler     = "sandstep-crawler"
 	CLI         = "sandstep"
 )
@@ -24,6 +25,7 @@ const (
 var packages = map[string]string{
 	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
 	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
+	ModalPlugin: "./providers/modal/cmd/sandstep-provider-modal",
 	Crawler:     "./cmd/sandstep-crawler",
 	CLI:         "./cmd/sandstep",
 }
