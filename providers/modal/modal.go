@@ -354,6 +354,13 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if region := firstNonEmpty(spec.Region, st.s.Region); region != "" {
 		def.SchedulerPlacement = pb.SchedulerPlacement_builder{Regions: []string{region}}.Build()
 	}
+	if len(st.s.OpenPorts) > 0 {
+		var ports []*pb.PortSpec
+		for _, port := range st.s.OpenPorts {
+			ports = append(ports, pb.PortSpec_builder{Port: uint32(port)}.Build())
+		}
+		def.OpenPorts = pb.PortSpecs_builder{Ports: ports}.Build()
+	}
 	if spec.Resources.DiskMB > 0 {
 		def.Resources.SetEphemeralDiskMb(uint32(spec.Resources.DiskMB))
 	}

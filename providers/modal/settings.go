@@ -42,6 +42,9 @@ type Settings struct {
 	IdleTimeout providers.Duration `json:"idle_timeout"`
 	// Workdir is where commands run when they name no directory.
 	Workdir string `json:"workdir"`
+	// OpenPorts are container ports every sandbox exposes through a
+	// Modal tunnel (PortURLs says where); Modal opens them at create only.
+	OpenPorts []int `json:"open_ports"`
 	// ServerURL is Modal's control plane; tests point it at a fake
 	// (http:// only on loopback).
 	ServerURL string `json:"server_url"`
@@ -109,6 +112,11 @@ func ParseSettings(data []byte) (Settings, error) {
 	}
 	if s.IdleTimeout < 0 || s.IdleTimeout.D() > maxLifetime {
 		e.Add("idle_timeout", "must be from 0 (the [sandbox] idle timeout) to 24h, not %s", s.IdleTimeout)
+	}
+	for i, port := range s.OpenPorts {
+		if port < 1 || port > 65535 {
+			e.Add("open_ports["+itoa(i)+"]", "must be a port from 1 to 65535, not %d", port)
+		}
 	}
 	if !path.IsAbs(s.Workdir) || path.Clean(s.Workdir) != s.Workdir {
 		e.Add("workdir", "must be a clean absolute path, not %q", s.Workdir)
