@@ -1,9 +1,13 @@
 package fakemodal_test
 
 import (
+	"bufio"
+	"context"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +174,42 @@ func TestSDKTimeouts(t *testing.T) {
 	}
 	if _, err := life.Exec(ctx, []string{"true"}, nil); err == nil {
 		t.Error("exec into a timed-out sandbox succeeded")
+	}
+}
+
+// TestMainServes: `sandstep fake-modal` serves until its context ends, on
+// loopback only, and the official SDK reaches it.
+func TestMainServes(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	t.Setenv("FAKE_MODAL_ID", testTokenID)
+	t.Setenv("FAKE_MODAL_SECRET", testTokenSecret)
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- fakemodal.Main(ctx, []string{"-addr", "127.0.0.1:0", "-token-id-env", "FAKE_MODAL_ID", "-token-secret-env", "FAKE_MODAL_SECRET"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no first line: %v", err)
+	}
+	m := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+);`).FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("first line %q", line)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	c := sdkClient(t, &fakemodal.Running{URL: m[1]}, testTokenSecret)
+	if _, err := c.Apps.FromName(t.Context(), "main-test", &modal.AppFromNameParams{CreateIfMissing: true}); err != nil {
+		t.Errorf("the SDK against fake-modal: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Main: %v", err)
+	}
+	if err := fakemodal.Main(t.Context(), []string{"-addr", "0.0.0.0:0", "-token-id-env", "FAKE_MODAL_ID", "-token-secret-env", "FAKE_MODAL_SECRET"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("Main on a public address: %v", err)
 	}
 }
