@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/testkit/fakemodal"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/modal"
@@ -295,5 +296,23 @@ func TestTokenNeverShows(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "sandbox created") {
 		t.Errorf("the logs lack the create lines: %s", logs.String())
+	}
+}
+
+// TestShippedConfig: the [provider.modal] table of config.toml decodes,
+// and sets every key to its default.
+func TestShippedConfig(t *testing.T) {
+	c, err := config.Load("../../config.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := modal.ParseSettings(c.ProviderSettings("modal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := modal.DefaultSettings()
+	want.TokenIDEnv, want.TokenSecretEnv = "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"
+	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Errorf("config.toml sets\n%+v\nthe defaults are\n%+v", got, want)
 	}
 }
