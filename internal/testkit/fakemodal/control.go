@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // sandbox is one fake sandbox. Fields below the first group are guarded by
@@ -494,7 +496,7 @@ func (s *Server) finish(sb *sandbox, st pb.GenericResult_GenericStatus, msg stri
 	s.wg.Add(1)
 	s.mu.Unlock()
 	defer s.wg.Done()
-	killMarked(sb.marker)
+	bwrapbox.KillMarked(sb.marker)
 	for _, p := range procs {
 		<-p.done
 	}

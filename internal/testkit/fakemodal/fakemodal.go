@@ -52,6 +52,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // Options configure a fake.
@@ -153,7 +155,7 @@ func New(opts Options) (*Server, error) {
 		}
 		bwrap = p
 	}
-	rootArgs, err := hostRootArgs()
+	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace")
 	if err != nil {
 		return nil, err
 	}

@@ -8,13 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // routerServer is the task command router of every fake sandbox.
@@ -211,7 +211,7 @@ func (r *routerServer) TaskExecStart(_ context.Context, req *pb.TaskExecStartReq
 	if req.HasTimeoutSecs() && req.GetTimeoutSecs() > 0 {
 		timer = time.AfterFunc(time.Duration(req.GetTimeoutSecs())*time.Second, func() {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			killMarked(p.marker)
+			bwrapbox.KillMarked(p.marker)
 		})
 	}
 	go func() {
@@ -412,33 +412,6 @@ func (r *routerServer) TaskExecStdinStatus(_ context.Context, req *pb.TaskExecSt
 	return pb.TaskExecStdinStatusResponse_builder{NumBytesWritten: p.inOff, Closed: p.inEOF}.Build(), nil
 }
 
-// hostRootArgs rebuilds the host's root read-only for bubblewrap, leaving
-// out what each sandbox gets of its own.
-func hostRootArgs() ([]string, error) {
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return nil, fmt.Errorf("fakemodal: %w", err)
-	}
-	var args []string
-	for _, e := range entries {
-		p := "/" + e.Name()
-		switch p {
-		case "/proc", "/dev", "/tmp", "/root", "/workspace":
-			continue
-		}
-		if e.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("fakemodal: %w", err)
-			}
-			args = append(args, "--symlink", target, p)
-			continue
-		}
-		args = append(args, "--ro-bind", p, p)
-	}
-	return append(args, "--dev", "/dev", "--bind", "/proc", "/proc"), nil
-}
-
 // probe runs one command the way execs run.
 func (s *Server) probe() error {
 	d, err := os.MkdirTemp(s.dir, "probe-")
@@ -460,50 +433,6 @@ func (s *Server) probe() error {
 		return fmt.Errorf("%w: %s cannot run a sandbox here: %v: %s", ErrNoBubblewrap, s.bwrap, err, bytes.TrimSpace(out))
 	}
 	return nil
-}
-
-// killMarked kills every process whose environment holds marker, round
-// after round until none is left: one may fork while being killed. The
-// host's pid namespace is shared with the sandboxes, and setsid does not
-// shed an environment variable.
-func killMarked(marker string) {
-	want := []byte(marker)
-	for range 500 {
-		pids := markedProcesses(want)
-		if len(pids) == 0 {
-			return
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func markedProcesses(marker []byte) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		for kv := range bytes.SplitSeq(env, []byte{0}) {
-			if bytes.Equal(kv, marker) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
 }
 
 func hashID(b []byte) string {
