@@ -186,6 +186,7 @@ func call[T any](ctx context.Context, c *client, op string, fn func(context.Cont
 		zero      T
 		throttled time.Duration
 		reauthed  bool
+		transient int // failures that count against max_retries
 	)
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx,
@@ -217,10 +218,12 @@ func call[T any](ctx context.Context, c *client, op string, fn func(context.Cont
 			wait = after
 			c.log.Debug("modal throttled a call", "op", op, "retry_after", after)
 		case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown:
-			if attempt >= c.s.MaxRetries {
+			// Throttled attempts wait as the server says and do not count.
+			if transient >= c.s.MaxRetries {
 				return zero, mapError(op, err)
 			}
-			base := c.s.RetryBaseDelay.D() << attempt
+			base := c.s.RetryBaseDelay.D() << transient
+			transient++
 			wait = base/2 + jitter(base/2)
 			c.log.Debug("retrying a modal call", "op", op, "attempt", attempt+1, "code", st.Code().String())
 		default:

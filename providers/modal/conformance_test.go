@@ -16,6 +16,9 @@ var retryableFaults = fakemodal.Faults{
 	UnavailableEvery:  9,
 	UnavailableBurst:  2,
 	LoseCreateAnswers: 2,
+	// Router calls are idempotent (exec ids, stdin offsets, output
+	// offsets), so the provider retries them.
+	RouterUnavailableEvery: 11,
 }
 
 // TestConformance runs the whole suite through the real plugin process
@@ -25,7 +28,7 @@ func TestConformance(t *testing.T) {
 	p := startPlugin(t, settingsFor(f.URL, nil), testSecrets(), nil)
 	conformance.Run(t, p, conformance.Options{Short: testing.Short(), CaseTimeout: 120 * time.Second})
 	s := f.Stats()
-	if s.Unavailable == 0 || s.LostCreates == 0 || s.TokensIssued < 2 {
+	if s.Unavailable == 0 || s.RouterUnavailable == 0 || s.LostCreates == 0 || s.TokensIssued < 2 {
 		t.Errorf("the faults were not all met: %+v", s)
 	}
 	t.Logf("fake: %+v", s)

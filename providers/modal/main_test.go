@@ -80,7 +80,7 @@ func startFake(t testing.TB, opts fakemodal.Options) *fakemodal.Running {
 // settingsFor is the provider's settings JSON for the fake at url, with
 // quick retries; extra overrides keys.
 func settingsFor(url string, extra map[string]any) []byte {
-	s := map[string]any{"server_url": url, "retry_base_delay": "5ms", "max_retries": 10, "app_name": "sandstep-test"}
+	s := map[string]any{"server_url": url, "retry_base_delay": "5ms", "max_retries": 6, "app_name": "sandstep-test"}
 	for k, v := range extra {
 		s[k] = v
 	}

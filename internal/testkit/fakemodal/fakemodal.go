@@ -88,6 +88,10 @@ type Faults struct {
 	// default). 0 = never.
 	UnavailableEvery int
 	UnavailableBurst int
+	// RouterUnavailableEvery makes every n-th command router call answer
+	// UNAVAILABLE before it is handled (streams: before the first message),
+	// as a router restarting does. 0 = never.
+	RouterUnavailableEvery int
 	// LoseCreateAnswers makes the first n creates make their sandbox and
 	// then answer UNAVAILABLE, as when the answer is lost on the way.
 	LoseCreateAnswers int
@@ -112,26 +116,27 @@ type Server struct {
 	instance string
 	router   routerServer
 
-	mu         sync.Mutex
-	faults     Faults
-	calls      int // control-plane calls, for UnavailableEvery
-	burst      int // UNAVAILABLE answers still due in the current burst
-	tokens     int
-	creates    []time.Time       // create times in the last second
-	apps       map[string]string // "env/name" -> app id
-	images     map[string]string // image id -> first dockerfile command
-	sandboxes  map[string]*sandbox
-	tasks      map[string]*sandbox // task id -> sandbox
-	stats      Stats
-	routerAddr string
-	closed     bool
-	wg         sync.WaitGroup
-	stop       chan struct{}
+	mu          sync.Mutex
+	faults      Faults
+	calls       int // control-plane calls, for UnavailableEvery
+	routerCalls int
+	burst       int // UNAVAILABLE answers still due in the current burst
+	tokens      int
+	creates     []time.Time       // create times in the last second
+	apps        map[string]string // "env/name" -> app id
+	images      map[string]string // image id -> first dockerfile command
+	sandboxes   map[string]*sandbox
+	tasks       map[string]*sandbox // task id -> sandbox
+	stats       Stats
+	routerAddr  string
+	closed      bool
+	wg          sync.WaitGroup
+	stop        chan struct{}
 }
 
 // Stats counts what happened, for tests that check that a fault was met.
 type Stats struct {
-	Creates, RateLimited, Unavailable, LostCreates, Unauthenticated, TokensIssued, Execs int
+	Creates, RateLimited, Unavailable, RouterUnavailable, LostCreates, Unauthenticated, TokensIssued, Execs int
 }
 
 // New checks that bubblewrap works and returns a fake that serves nothing
@@ -276,6 +281,15 @@ func (s *Server) admit(ctx context.Context, method string) error {
 		if err := s.verifyJWT(tok, "router"); err != nil {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
 			return status.Error(codes.Unauthenticated, "invalid command router token: "+err.Error())
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if n := s.faults.RouterUnavailableEvery; n > 0 {
+			s.routerCalls++
+			if s.routerCalls%n == 0 {
+				s.stats.RouterUnavailable++
+				return status.Error(codes.Unavailable, "command router unavailable")
+			}
 		}
 	}
 	return nil
