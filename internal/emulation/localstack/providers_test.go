@@ -76,8 +76,14 @@ func TestResearchOnEveryProvider(t *testing.T) {
 			}
 			md := s.reportMarkdown(t, id)
 			citesOnly(t, md, srcs, store.OriginCrawl)
+			evs := s.events(t, id)
+			for _, secret := range []string{modalTokenID, modalTokenSecret, sandyKey} {
+				if strings.Contains(md, secret) || strings.Contains(fmt.Sprint(evs), secret) {
+					t.Errorf("a provider secret appears in the report or the events of the job on %s", name)
+				}
+			}
 			var how string
-			for _, e := range s.events(t, id) {
+			for _, e := range evs {
 				if m := fmt.Sprint(e["message"]); strings.HasPrefix(m, "crawler ") && e["stage"] == "setup" {
 					how = m
 				}
