@@ -286,11 +286,15 @@ func (p *Provider) exec(ctx context.Context, st *state, op, id string, req provi
 		errMu.Lock()
 		err := ioErr
 		errMu.Unlock()
+		stopIO()
 		wg.Wait()
 		return providers.ExecResult{}, err
 	case <-ctx.Done():
 		p.killExec(ctx, st, id, execID)
 		stopWait()
+		// No output may reach the caller's writers once Exec returned.
+		stopIO()
+		wg.Wait()
 		return providers.ExecResult{}, providers.Wrap(providers.DeadlineExceeded, op, ctx.Err())
 	}
 	if res.err != nil {
