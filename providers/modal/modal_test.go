@@ -316,3 +316,27 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("config.toml sets\n%+v\nthe defaults are\n%+v", got, want)
 	}
 }
+
+// TestExpiringTokens: auth tokens and command router tokens that expire
+// within seconds are refreshed, so calls keep working past them.
+func TestExpiringTokens(t *testing.T) {
+	f := startFake(t, fakemodal.Options{TokenTTL: 2 * time.Second, RouterTokenTTL: 2 * time.Second})
+	p := inProcess(t, f, nil)
+	sb, err := p.Create(t.Context(), providers.CreateSpec{Lifetime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		time.Sleep(2100 * time.Millisecond) // past both tokens' expiry
+		var out bytes.Buffer
+		if r, err := p.Exec(t.Context(), sb.ID, providers.ExecRequest{Shell: "echo ok", Stdout: &out}); err != nil || out.String() != "ok\n" {
+			t.Fatalf("exec after the tokens expired: %+v, %v, %q", r, err, out.String())
+		}
+	}
+	if err := p.Terminate(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.Stats(); s.TokensIssued < 3 || s.Unauthenticated != 0 {
+		t.Errorf("tokens issued %d, refused calls %d: want refreshes before expiry", s.TokensIssued, s.Unauthenticated)
+	}
+}
