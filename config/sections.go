@@ -152,7 +152,7 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 }
 
 // shippedProviders are the provider plugins sandstep builds.
-var shippedProviders = []string{"local", "sandy"}
+var shippedProviders = []string{"local", "sandy", "modal"}
 
 // checkKnown catches a misspelt provider name as unknown keys are caught:
 // a name with no plugin binary in plugin_dir that is near one that has a

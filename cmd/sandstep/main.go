@@ -57,6 +57,7 @@ func commands() map[string]command {
 				"It refuses to run while a server answers at [server] addr, which owns the same state.", runReap},
 		"fake-sandy": {"[flags]", "serve a fake Sandy API on 127.0.0.1 (real commands under bubblewrap, switchable faults) for manual tests", "", runFakeSandy},
 		"fake-deno":  {"[flags]", "serve a fake Deno Sandbox (console and regional APIs) on 127.0.0.1 (real commands under bubblewrap) for manual tests", "", runFakeDeno},
+		"fake-modal": {"[flags]", "serve a fake Modal (its gRPC control plane and command router) on 127.0.0.1 (real commands under bubblewrap, switchable faults) for manual tests", "", runFakeModal},
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path"
@@ -16,7 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/sandstep/sandstep/internal/testkit/procmark"
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // sandbox is one fake sandbox. Fields below mu in Server are guarded by it.
@@ -311,7 +310,7 @@ func (s *Server) stop(sb *sandbox, why string) {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	procmark.Kill(sb.marker)
+	bwrapbox.KillMarked(sb.marker)
 	for _, p := range procs {
 		p.kill("SIGKILL")
 		<-p.exited
@@ -439,29 +438,7 @@ func (s *Server) Exposed(id string) map[string]string {
 // hostRootArgs rebuilds the host's root read-only for bubblewrap, leaving out
 // what a sandbox's root layer brings.
 func hostRootArgs() ([]string, error) {
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return nil, fmt.Errorf("fakedeno: %w", err)
-	}
-	var args []string
-	for _, e := range entries {
-		p := "/" + e.Name()
-		switch p {
-		case "/proc", "/dev", "/tmp", "/home", "/opt", "/workspace":
-			continue
-		}
-		if e.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("fakedeno: %w", err)
-			}
-			args = append(args, "--symlink", target, p)
-			continue
-		}
-		args = append(args, "--ro-bind", p, p)
-	}
-	// The host's pid namespace is shared, so its /proc is the right one.
-	return append(args, "--dev", "/dev", "--bind", "/proc", "/proc"), nil
+	return bwrapbox.RootArgs("/tmp", "/home", "/opt", "/workspace")
 }
 
 // resolve maps a path inside the sandbox onto the host: the deepest mount

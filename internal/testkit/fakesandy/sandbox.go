@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/testkit/procmark"
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // sandbox is one fake sandbox. Fields after the first group are guarded by
@@ -53,34 +53,6 @@ var mounts = []struct{ at, sub string }{
 }
 
 var priorityNames = []string{"CRITICAL", "HIGH", "NORMAL", "LOW"}
-
-// hostRootArgs rebuilds the host's root read-only for bubblewrap, leaving out
-// what each sandbox gets of its own.
-func hostRootArgs() ([]string, error) {
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return nil, fmt.Errorf("fakesandy: %w", err)
-	}
-	var args []string
-	for _, e := range entries {
-		p := "/" + e.Name()
-		switch p {
-		case "/proc", "/dev", "/tmp", "/root", "/workspace":
-			continue
-		}
-		if e.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("fakesandy: %w", err)
-			}
-			args = append(args, "--symlink", target, p)
-			continue
-		}
-		args = append(args, "--ro-bind", p, p)
-	}
-	// The host's pid namespace is shared, so its /proc is the right one.
-	return append(args, "--dev", "/dev", "--bind", "/proc", "/proc"), nil
-}
 
 // mountArgs binds a sandbox's directories and sets the working directory.
 func mountArgs(dir, cwd string) []string {
@@ -255,7 +227,7 @@ func (s *Server) tearDown(sb *sandbox) {
 			sb.expiry.Stop()
 		}
 		s.mu.Unlock()
-		procmark.Kill(sb.marker)
+		bwrapbox.KillMarked(sb.marker)
 		s.mu.Lock()
 		s.busy++
 		s.mu.Unlock()
