@@ -59,6 +59,11 @@ var sandboxIDRE = regexp.MustCompile(`^sbx_([a-z]{3})_[0-9a-hjkmnp-z]{20}$`)
 
 // Provider is the Deno provider. It is safe for concurrent use.
 type Provider struct {
+	// Deno keeps no labels on snapshots (nor metadata of any kind), so
+	// no process but the one that built a snapshot could tell whose it is:
+	// the host never collects Deno's old dependency snapshots.
+	providers.UnsupportedListSnapshots
+
 	log *slog.Logger
 	hc  *http.Client
 

@@ -326,32 +326,6 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	return nil
 }
 
-// ListSnapshots returns the organisation's snapshots carrying all of the
-// labels. Deno keeps no labels on snapshots: those this process built or
-// read carry theirs; with a label filter the others do not match.
-func (p *Provider) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
-	const op = "list_snapshots"
-	cfg, err := p.settings(op)
-	if err != nil {
-		return nil, err
-	}
-	var out []providers.Snapshot
-	err = paginate(ctx, cfg, op, "/api/v2/snapshots", func(raw json.RawMessage) error {
-		var page []snapshotJSON
-		if err := json.Unmarshal(raw, &page); err != nil {
-			return err
-		}
-		for _, sn := range page {
-			s := p.snapshot(sn)
-			if matches(s.Labels, labels) {
-				out = append(out, s)
-			}
-		}
-		return nil
-	})
-	return out, err
-}
-
 func matches(have, want map[string]string) bool {
 	for k, v := range want {
 		if have[k] != v {
