@@ -25,6 +25,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -207,6 +208,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Executor:  s.Engine,
 		Provider:  s.Provider,
 		Auth:      auth,
+		Quotas:    quota.New(st, &cfg.Quotas),
 		Sessions:  s.Sessions,
 		Docs:      s.Docs,
 		Tools:     tools.SettingsFrom(cfg),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/tools"
@@ -56,6 +57,9 @@ type Options struct {
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service
 	Tools tools.Settings
+	// Quotas, when set, admit every new job (concurrent_jobs,
+	// jobs_per_hour); nil allows everything.
+	Quotas *quota.Enforcer
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off

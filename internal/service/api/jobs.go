@@ -253,7 +253,17 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.jobID, c.jobKey = id, key
 	ctx, cancel := detached(r)
 	defer cancel()
+	if err := s.admit(ctx, c, key); err != nil {
+		return err
+	}
 	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: key, Tenant: c.tenant, ClientID: id, Request: raw, RequestHash: hash})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		// Not created: the slot goes back. (A conflict is a job of the
+		// same key, whose slot it is.)
+		if rerr := s.opts.Quotas.ReleaseJob(ctx, c.tenant, key); rerr != nil {
+			c.cause = rerr
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		// The key is the tenant's own: only this tenant's earlier job can
@@ -277,6 +287,27 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 		status = http.StatusAccepted
 	}
 	return writeJSON(w, status, submitResponse{JobID: job.ClientID, Status: viewStatus(job), Links: jobLinks(job.ClientID)})
+}
+
+// admit applies the tenant's job quotas to a submission of the job key: a
+// new job counts against jobs_per_hour and takes a concurrent_jobs slot; a
+// resubmitted job that never started (its start failed, which gave its
+// slot back) takes its slot again; any other resubmission is answered as
+// it is, quota or not. Refusals are *store.LimitError, answered 429.
+func (s *server) admit(ctx context.Context, c *call, key string) error {
+	if s.opts.Quotas == nil {
+		return nil
+	}
+	job, err := s.opts.Store.GetJob(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return s.opts.Quotas.AdmitJob(ctx, c.tenant, key, true)
+	case err != nil:
+		return err
+	case job.ExecutionID == "" && !job.Status.Terminal():
+		return s.opts.Quotas.AdmitJob(ctx, c.tenant, key, false)
+	}
+	return nil
 }
 
 // detachedTimeout bounds work that goes on after the client left.
@@ -324,6 +355,11 @@ func (s *server) start(ctx context.Context, c *call, job store.Job) (store.Job, 
 		// that did start the job is not marked failed.
 		if marked, uerr := st.UpdateJob(ctx, job.ID, store.JobUpdate{IfVersion: job.Version, IfStatus: []store.Status{store.StatusQueued}, Phase: &phase, Error: &msg}); uerr == nil {
 			job = marked
+			// Shown as failed, it must not hold a concurrent_jobs slot
+			// until it is resubmitted (which takes one again).
+			if rerr := s.opts.Quotas.ReleaseJob(ctx, job.Tenant, job.ID); rerr != nil {
+				c.cause = errors.Join(c.cause, rerr)
+			}
 		} else if !errors.Is(uerr, store.ErrConflict) {
 			c.cause = errors.Join(c.cause, fmt.Errorf("mark job failed: %w", uerr))
 		}

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -77,6 +78,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// Now is the clock of deadlines (default time.Now).
 	Now func() time.Time
+	// Quotas, when set, are the tenant quotas every Acquire is admitted
+	// by (max_sandbox_ttl, concurrent_sandboxes, sandbox_creations_per_hour);
+	// nil allows everything. The slot is given back when the entry closes.
+	Quotas *quota.Enforcer
 }
 
 // Manager acquires and releases sandboxes. It is safe for concurrent use
@@ -88,6 +93,7 @@ type Manager struct {
 	name string
 	log  *slog.Logger
 	now  func() time.Time
+	quot *quota.Enforcer
 
 	capsMu sync.Mutex
 	caps   *providers.Capabilities
@@ -106,7 +112,7 @@ func New(o Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
-	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now, quot: o.Quotas}
 }
 
 // Find returns the ledger entry of the sandbox named name; store.ErrNotFound
@@ -220,9 +226,23 @@ func (m *Manager) end(ctx context.Context, owner, name, id, reason string) error
 		}
 	}
 	if name != "" {
-		if _, err := m.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := m.close(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("ledger close %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// close closes the ledger entry name and gives back its tenant's
+// concurrent_sandboxes slot. A slot whose release fails is logged and left
+// to the reaper (quota.Reconcile): the sandbox is gone either way.
+func (m *Manager) close(ctx context.Context, name, reason string) (store.LedgerEntry, error) {
+	e, err := m.st.LedgerClose(ctx, name, reason)
+	if err != nil {
+		return e, err
+	}
+	if rerr := m.quot.ReleaseSandbox(ctx, e.Tenant, name); rerr != nil {
+		m.log.Warn("give back a sandbox's quota slot", "name", name, "tenant", e.Tenant, "err", rerr)
+	}
+	return e, nil
 }

@@ -314,7 +314,16 @@ func (s *Store) UpdateJob(ctx context.Context, id string, u JobUpdate) (Job, err
 	if err != nil {
 		return s.jobConflict(ctx, id, "update", err)
 	}
-	return jobFromItem(out.Attributes), nil
+	job := jobFromItem(out.Attributes)
+	if u.Status.Terminal() {
+		// Every way a job ends comes through here, once (the transition's
+		// condition lets one writer through): its concurrent_jobs slot
+		// goes back. A release lost to a crash is the reaper's
+		// (quota.Reconcile), so it does not fail the update that ended
+		// the job.
+		_ = s.ReleaseSlot(context.WithoutCancel(ctx), job.Tenant, QuotaConcurrentJobs, job.ID)
+	}
+	return job, nil
 }
 
 // SetStatus moves the job from one of the from statuses to to (see
