@@ -108,8 +108,9 @@ type Reconciled struct {
 // exist. Only holders older than grace are looked at, so that a slot taken
 // just before its job or ledger entry is written is not taken for lost. It
 // works with or without an Enforcer (the slots of a quota since turned off
-// go back too).
-func Reconcile(ctx context.Context, st *store.Store, grace time.Duration, now time.Time) (Reconciled, error) {
+// go back too). sandboxGone answers for a sandbox's name from the ledger,
+// which only the sandbox owner reads (sandboxes.Manager.Closed).
+func Reconcile(ctx context.Context, st *store.Store, grace time.Duration, now time.Time, sandboxGone func(ctx context.Context, name string) (bool, error)) (Reconciled, error) {
 	var out Reconciled
 	tenants, err := st.QuotaTenants(ctx)
 	if err != nil {
@@ -127,11 +128,7 @@ func Reconcile(ctx context.Context, st *store.Store, grace time.Duration, now ti
 		out.Jobs += n
 		errs = append(errs, err)
 		n, err = reconcile(ctx, st, t, store.QuotaConcurrentSandboxes, grace, now, func(name string) (bool, error) {
-			e, err := st.LedgerGet(ctx, name)
-			if errors.Is(err, store.ErrNotFound) {
-				return true, nil
-			}
-			return err == nil && e.State == store.LedgerTerminated, err
+			return sandboxGone(ctx, name)
 		})
 		out.Sandboxes += n
 		errs = append(errs, err)

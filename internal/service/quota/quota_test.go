@@ -66,12 +66,16 @@ func TestReconcileGivesBackWhatACrashLost(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	closed := func(ctx context.Context, name string) (bool, error) {
+		e, err := st.LedgerGet(ctx, name)
+		return err == nil && e.State == store.LedgerTerminated, err
+	}
 	// Within the grace nothing is touched.
-	got, err := quota.Reconcile(ctx, st, time.Hour, time.Now())
+	got, err := quota.Reconcile(ctx, st, time.Hour, time.Now(), closed)
 	if err != nil || got != (quota.Reconciled{}) {
 		t.Fatalf("within the grace: %+v, %v", got, err)
 	}
-	got, err = quota.Reconcile(ctx, st, time.Minute, time.Now().Add(2*time.Minute))
+	got, err = quota.Reconcile(ctx, st, time.Minute, time.Now().Add(2*time.Minute), closed)
 	if err != nil || got != (quota.Reconciled{Jobs: 2, Sandboxes: 1}) {
 		t.Fatalf("past the grace: %+v, %v", got, err)
 	}

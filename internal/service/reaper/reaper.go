@@ -213,7 +213,7 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		if grace <= 0 {
 			grace = 2 * time.Minute
 		}
-		got, err := quota.Reconcile(ctx, r.Store, grace, now)
+		got, err := quota.Reconcile(ctx, r.Store, grace, now, r.Sandboxes.Closed)
 		return got.Jobs + got.Sandboxes, err
 	})
 	if r.Docs != nil && since == nil {

@@ -121,6 +121,16 @@ func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, err
 	return m.st.LedgerGet(ctx, name)
 }
 
+// Closed reports whether the sandbox named name is over as far as the
+// ledger knows: its entry is terminated, or there is none.
+func (m *Manager) Closed(ctx context.Context, name string) (bool, error) {
+	e, err := m.st.LedgerGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	return err == nil && e.State == store.LedgerTerminated, err
+}
+
 // Held returns the live sandboxes owner holds (ledger entries not closed
 // that have a provider id), oldest first: what a phase ending a job may
 // still read from before ReleaseOwner takes them.
