@@ -77,6 +77,7 @@ func newFunction(ctx context.Context) (*function, error) {
 		Tools:    tools.SettingsFrom(a.Config),
 		Auth:     auth,
 		Quotas:   quota.New(a.Store, &a.Config.Quotas),
+		Pricing:  &a.Config.Pricing,
 		Logger:   a.Logger,
 		// The body limits of [server] hold behind API Gateway too.
 		Server: a.Config.Server,

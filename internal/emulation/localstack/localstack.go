@@ -209,6 +209,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Provider:  s.Provider,
 		Auth:      auth,
 		Quotas:    quota.New(st, &cfg.Quotas),
+		Pricing:   &cfg.Pricing,
 		Sessions:  s.Sessions,
 		Docs:      s.Docs,
 		Tools:     tools.SettingsFrom(cfg),

@@ -60,6 +60,9 @@ type Options struct {
 	// Quotas, when set, admit every new job (concurrent_jobs,
 	// jobs_per_hour); nil allows everything.
 	Quotas *quota.Enforcer
+	// Pricing, when set, turns usage into cost on GET /v1/jobs/{id} and
+	// GET /v1/usage; nil answers "cost": null.
+	Pricing *config.PricingConfig
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -113,6 +116,7 @@ func New(opts Options) http.Handler {
 	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
 	s.handle(mux, "GET /v1/providers", s.providers)
+	s.handle(mux, "GET /v1/usage", s.usage)
 	s.sessionRoutes(mux)
 	s.toolRoutes(mux)
 	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))

@@ -20,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/usage"
 )
 
 // Request limits. The body's is [server] max_body_bytes.
@@ -417,6 +418,10 @@ type statusView struct {
 	Error           *string      `json:"error"`
 	Fallbacks       []string     `json:"fallbacks"`
 	CancelRequested bool         `json:"cancel_requested"`
+	// Usage is what the job used so far (its sandbox time once the
+	// sandbox is released); Cost its cost at [pricing], null without it.
+	Usage usage.View  `json:"usage"`
+	Cost  *usage.Cost `json:"cost"`
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds, the precision the store
@@ -451,6 +456,11 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, c *call) error {
 		st := job.Step(id)
 		v.Steps = append(v.Steps, stepView{ID: id, Label: stepLabels[id], Status: st.State, Current: st.Current, Total: st.Total})
 	}
+	u, err := s.jobUsage(r.Context(), job)
+	if err != nil {
+		return err
+	}
+	v.Usage, v.Cost = usage.ViewOf(u), s.cost(u)
 	return writeJSON(w, http.StatusOK, v)
 }
 

@@ -58,6 +58,9 @@ func (p *Phases) Crawl(ctx context.Context, in CrawlInput) (CrawlOutput, error) 
 	if err != nil {
 		return CrawlOutput{}, err
 	}
+	// One record per slice: a slice's input (its offset) is the same when
+	// it is delivered again.
+	r.usageKey = fmt.Sprintf("crawl:%d", in.Offset)
 	out, err := r.crawl(in)
 	if err != nil && !providers.IsNotFound(err) && r.checkCancel() == nil && in.SandboxID != "" {
 		// An exec cut short by a vanishing sandbox fails in whatever way
@@ -180,7 +183,7 @@ func (p *Phases) pollInterval() time.Duration {
 // sh runs a short shell command in the sandbox and returns its stdout.
 func (r *run) sh(id, script string) (string, int, error) {
 	var out bytes.Buffer
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{Shell: script, Stdout: &out, Timeout: time.Minute})
+	res, err := r.exec(id, providers.ExecRequest{Shell: script, Stdout: &out, Timeout: time.Minute})
 	if err != nil {
 		return "", 0, err
 	}
@@ -403,6 +406,7 @@ func (r *run) collect(id string) (int, error) {
 		}
 	}
 	crawled := len(put) - blocked
+	r.use.add(store.Usage{PagesCrawled: int64(out.Stats.Pages)})
 	msg := fmt.Sprintf("%d pages crawled (%s mode), %d skipped", crawled, out.Stats.Mode, len(out.Skipped))
 	if blocked > 0 {
 		msg += fmt.Sprintf(", %d anti-bot challenge pages left out", blocked)

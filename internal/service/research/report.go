@@ -113,6 +113,11 @@ func (r *run) report() (ReportOutput, error) {
 	if err != nil {
 		return ReportOutput{}, err
 	}
+	footer, err := r.costFooter()
+	if err != nil {
+		return ReportOutput{}, err
+	}
+	res.Markdown += footer
 	if err := r.p.Store.WriteReport(r.ctx, r.job.ID, store.Report{Markdown: res.Markdown, Complete: true, Details: details}); err != nil {
 		return ReportOutput{}, fmt.Errorf("save report: %w", err)
 	}

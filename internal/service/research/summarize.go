@@ -133,7 +133,7 @@ func (r *run) runAgent(id string) (int, []string, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{
+	res, err := r.exec(id, providers.ExecRequest{
 		Shell: cfg.Command, Cwd: agentDir, Env: env, Timeout: timeout,
 		Stdout: &limitedBuffer{buf: &stdout, max: 4 << 20}, Stderr: &limitedBuffer{buf: &stderr, max: 64 << 10},
 	})

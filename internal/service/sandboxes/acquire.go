@@ -54,6 +54,7 @@ func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, er
 		Owner:    req.Owner.String(),
 		Tenant:   req.Owner.Tenant,
 		Labels:   req.Spec.Labels,
+		MemoryMB: req.Spec.Resources.MemoryMB,
 		Deadline: m.deadline(req.Spec),
 	}
 	if req.Owner.Parent != nil {

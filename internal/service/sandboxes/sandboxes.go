@@ -131,6 +131,31 @@ func (m *Manager) Closed(ctx context.Context, name string) (bool, error) {
 	return err == nil && e.State == store.LedgerTerminated, err
 }
 
+// Usage is the sandbox time owner's sandboxes used, by provider and memory
+// size, from the ledger: from when each was confirmed running to when it
+// was terminated (or to now, for one still live). A sandbox whose create
+// was never confirmed counts nothing.
+func (m *Manager) Usage(ctx context.Context, owner Owner) (store.Usage, error) {
+	entries, err := m.st.LedgerListByOwner(ctx, owner.String())
+	if err != nil {
+		return store.Usage{}, err
+	}
+	var u store.Usage
+	for _, e := range entries {
+		if e.RunningAt.IsZero() {
+			continue
+		}
+		end := e.TerminatedAt
+		if end.IsZero() {
+			end = m.now()
+		}
+		if secs := end.Sub(e.RunningAt).Seconds(); secs > 0 {
+			u.Add(store.Usage{SandboxSeconds: map[string]float64{store.SandboxSize(e.Provider, e.MemoryMB): secs}})
+		}
+	}
+	return u, nil
+}
+
 // Held returns the live sandboxes owner holds (ledger entries not closed
 // that have a provider id), oldest first: what a phase ending a job may
 // still read from before ReleaseOwner takes them.

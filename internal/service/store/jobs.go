@@ -118,6 +118,9 @@ type Job struct {
 	Version int64
 	// LastEventSeq is the seq of the newest event (0: none yet).
 	LastEventSeq int64
+	// Usage is the job's total usage, kept on the record once the job is
+	// done (SetJobUsage); nil before. JobUsage reads it at any time.
+	Usage *Usage
 }
 
 // Step returns the job's step id.
@@ -442,6 +445,7 @@ func jobFromItem(item map[string]types.AttributeValue) Job {
 		ExpiresAt:         getUnix(item, "expires_at"),
 		Version:           getN(item, "version"),
 		LastEventSeq:      getN(item, "event_seq"),
+		Usage:             usageOf(item),
 	}
 	if r := getS(item, "request"); r != "" {
 		j.Request = json.RawMessage(r)

@@ -40,7 +40,10 @@ type LedgerEntry struct {
 	Parent string
 	Tenant string
 	Labels map[string]string
-	State  LedgerState
+	// MemoryMB is the size the sandbox was asked for (0: the provider's
+	// default), which usage is priced by.
+	MemoryMB int
+	State    LedgerState
 	// Deadline is when the sandbox must be gone at the latest; the reaper
 	// terminates live sandboxes past it.
 	Deadline     time.Time
@@ -89,6 +92,9 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	}
 	if e.Parent != "" {
 		item["parent"] = avS(e.Parent)
+	}
+	if e.MemoryMB > 0 {
+		item["memory_mb"] = avN(int64(e.MemoryMB))
 	}
 	if len(e.Labels) > 0 {
 		item["labels"] = avStrMap(e.Labels)
@@ -239,6 +245,7 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		Parent:       getS(item, "parent"),
 		Tenant:       getS(item, "tenant"),
 		Labels:       getStrMap(item, "labels"),
+		MemoryMB:     int(getN(item, "memory_mb")),
 		State:        LedgerState(getS(item, "state")),
 		Deadline:     getTime(item, "deadline"),
 		CreatedAt:    getTime(item, "created_at"),
