@@ -8,10 +8,13 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/sandstep/sandstep/internal/service/research"
+	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 )
 
@@ -133,5 +136,71 @@ searxng = 0.005
 	if total["jobs"] != 1.0 || len(groups) != 1 || groups[0].(map[string]any)["key"] != "research:light" ||
 		math.Abs(total["cost"].(map[string]any)["total"].(float64)-wantCost) > 1e-5 {
 		t.Errorf("GET /v1/usage: %v", all)
+	}
+}
+
+// A job with a token budget smaller than its report's prompt never calls
+// the model: its report is extractive, and it records budget_exhausted.
+func TestSmallTokenBudgetEndsWithAnExtractiveReport(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	var llmCalls atomic.Int64
+	llm := usageLLM(t, &llmCalls, 1200, 34)
+	cfg := fmt.Sprintf("[research]\nrender = \"never\"\n[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"m\"]\n", llm)
+	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
+	body := map[string]any{"query": "kestrel migration fixtures", "job_id": "job-budget", "seed_urls": []string{site.Hosts[0].Page("/")},
+		"budget": map[string]any{"max_tokens": 20}}
+	if code, out := s.do(t, "POST", "/v1/jobs", body); code != http.StatusAccepted {
+		t.Fatalf("submit: %d %v", code, out)
+	}
+	job := s.wait(t, "job-budget")
+	if job["status"] != "succeeded" || !slices.Contains(fallbacks(job), research.FallbackBudgetExhausted) {
+		t.Fatalf("job %v, fallbacks %v", job["status"], job["fallbacks"])
+	}
+	if n := llmCalls.Load(); n != 0 {
+		t.Errorf("the model was called %d times past the budget", n)
+	}
+	md := s.reportMarkdown(t, "job-budget")
+	if strings.Contains(md, "Kestrels migrate [1]") || !strings.Contains(md, "Used ") {
+		t.Errorf("not an extractive report with its footer:\n%s", md)
+	}
+	if tok := job["usage"].(map[string]any)["tokens"].([]any); len(tok) != 0 {
+		t.Errorf("tokens counted for a job that called no model: %v", tok)
+	}
+	// A budget that is not one is refused, naming the field.
+	if code, out := s.do(t, "POST", "/v1/jobs", map[string]any{"query": "q", "budget": map[string]any{"max_tokens": -1}}); code != http.StatusBadRequest ||
+		out["error"].(map[string]any)["field"] != "budget" {
+		t.Errorf("a negative budget: %d %v", code, out)
+	}
+}
+
+// A phase delivered twice (Lambda runs an invocation at least once) counts
+// once: the discover phase run twice on one job searched twice, and the
+// job's usage holds one run's searches.
+func TestAReplayedPhaseCountsOnce(t *testing.T) {
+	var searches atomic.Int64
+	searx := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		searches.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"query": r.URL.Query().Get("q"), "results": []any{}})
+	}))
+	t.Cleanup(searx.Close)
+	s := newStackWith(t, stackOpts{searx: searx, allowPrivate: []string{"127.0.0.1:1"}})
+	ctx := context.Background()
+	key := devKey("job-replay")
+	if _, _, err := s.st.CreateJob(ctx, store.NewJob{ID: key, Tenant: "dev", ClientID: "job-replay", RequestHash: "h",
+		Request: []byte(`{"query":"kestrel migration fixtures","mode":"light","optimization":"balanced","seed_urls":["http://127.0.0.1:1/a"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := s.App.Phases.Discover(ctx, research.Input{JobID: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u, err := s.st.JobUsage(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, all := u.SearchCalls["searxng"], searches.Load(); all == 0 || all%2 != 0 || got != all/2 {
+		t.Fatalf("the job's usage counts %d searches; the two deliveries made %d", got, all)
 	}
 }

@@ -57,6 +57,14 @@ type submitBody struct {
 	Optimization string   `json:"optimization"`
 	SeedURLs     []string `json:"seed_urls"`
 	JobID        *string  `json:"job_id"`
+	// Budget bounds what the job may spend (store.JobBudget).
+	Budget *budgetBody `json:"budget"`
+}
+
+type budgetBody struct {
+	MaxCost           *float64 `json:"max_cost"`
+	MaxTokens         *int64   `json:"max_tokens"`
+	MaxSandboxSeconds *int64   `json:"max_sandbox_seconds"`
 }
 
 type links struct {
@@ -133,6 +141,14 @@ func decodeSubmit(w http.ResponseWriter, r *http.Request) (submitBody, error) {
 		}
 		body.SeedURLs = urls
 	}
+	if b := body.Budget; b != nil {
+		switch {
+		case b.MaxCost == nil && b.MaxTokens == nil && b.MaxSandboxSeconds == nil:
+			add(invalid("budget", "budget must set at least one of max_cost, max_tokens, max_sandbox_seconds"))
+		case b.MaxCost != nil && !(*b.MaxCost > 0), b.MaxTokens != nil && *b.MaxTokens <= 0, b.MaxSandboxSeconds != nil && *b.MaxSandboxSeconds <= 0:
+			add(invalid("budget", "budget's max_cost, max_tokens and max_sandbox_seconds must be greater than 0"))
+		}
+	}
 	if body.JobID != nil && !ids.Valid(*body.JobID) {
 		add(invalid("job_id", "job_id must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", MaxJobIDLen))
 	}
@@ -185,7 +201,10 @@ func decodeError(err error) *Error {
 		if typ.Field == "" {
 			return invalid("", "the request body must be a JSON object, not %s", jsonValue(typ.Value))
 		}
-		field, _, _ := strings.Cut(typ.Field, ".")
+		field, sub, _ := strings.Cut(typ.Field, ".")
+		if sub != "" {
+			return invalid(field, "%s must be %s, not %s", typ.Field, jsonType(typ.Field), jsonValue(typ.Value))
+		}
 		return invalid(field, "%s must be %s, not %s", field, jsonType(field), jsonValue(typ.Value))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -212,8 +231,15 @@ func jsonValue(kind string) string {
 }
 
 func jsonType(field string) string {
-	if field == "seed_urls" {
+	switch field {
+	case "seed_urls":
 		return "an array of strings"
+	case "budget":
+		return "an object"
+	case "budget.max_cost":
+		return "a number"
+	case "budget.max_tokens", "budget.max_sandbox_seconds":
+		return "a whole number"
 	}
 	return "a string"
 }
@@ -222,6 +248,18 @@ func jsonType(field string) string {
 // submission for idempotency.
 func normalize(body submitBody) (json.RawMessage, string, error) {
 	req := store.JobRequest{Query: *body.Query, Mode: body.Mode, Optimization: body.Optimization, SeedURLs: body.SeedURLs}
+	if b := body.Budget; b != nil {
+		req.Budget = &store.JobBudget{}
+		if b.MaxCost != nil {
+			req.Budget.MaxCost = *b.MaxCost
+		}
+		if b.MaxTokens != nil {
+			req.Budget.MaxTokens = *b.MaxTokens
+		}
+		if b.MaxSandboxSeconds != nil {
+			req.Budget.MaxSandboxSeconds = *b.MaxSandboxSeconds
+		}
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

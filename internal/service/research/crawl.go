@@ -113,6 +113,7 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 	offset := in.Offset
 	poll := r.p.pollInterval()
 	stopped, restarted := false, false
+	nextBudgetCheck := time.Now()
 	for {
 		if offset, err = r.readProgress(in.SandboxID, offset); err != nil {
 			return CrawlOutput{}, err
@@ -138,6 +139,22 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 			break
 		}
 		now := time.Now()
+		if !stopped && r.req.Budget != nil && !now.Before(nextBudgetCheck) {
+			nextBudgetCheck = now.Add(budgetCheck)
+			over, err := r.overBudget(store.Usage{})
+			if err != nil {
+				return CrawlOutput{}, err
+			}
+			if over != "" {
+				if err := r.stopCrawler(in.SandboxID, "the job's budget is reached"); err != nil {
+					return CrawlOutput{}, err
+				}
+				stopped = true
+				if err := r.fallback(FallbackBudgetExhausted, string(store.StepCrawl), "the job's budget is reached ("+over+"): the crawl stops and keeps what it has"); err != nil {
+					return CrawlOutput{}, err
+				}
+			}
+		}
 		if now.After(hardStop) && !stopped {
 			if err := r.stopCrawler(in.SandboxID, "crawler past its duration"); err != nil {
 				return CrawlOutput{}, err

@@ -141,6 +141,20 @@ type JobRequest struct {
 	Mode         string   `json:"mode"`
 	Optimization string   `json:"optimization"`
 	SeedURLs     []string `json:"seed_urls"`
+	// Budget, when set, bounds what the job may spend.
+	Budget *JobBudget `json:"budget,omitempty"`
+}
+
+// JobBudget is what a job may spend; a zero field is no limit. Once one is
+// reached the job stops spending: the crawl stops with what it has, the
+// report is written without a model, and the job records the fallback
+// "budget_exhausted".
+type JobBudget struct {
+	// MaxCost is in the [pricing] currency; usage without a price does not
+	// count against it.
+	MaxCost           float64 `json:"max_cost,omitempty"`
+	MaxTokens         int64   `json:"max_tokens,omitempty"`
+	MaxSandboxSeconds int64   `json:"max_sandbox_seconds,omitempty"`
 }
 
 // NewJob is what CreateJob needs.

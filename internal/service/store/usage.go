@@ -135,19 +135,33 @@ func (s *Store) PutUsage(ctx context.Context, jobID, key string, u Usage) error 
 // JobUsage sums the job's usage records (strongly consistent): what it has
 // used so far.
 func (s *Store) JobUsage(ctx context.Context, jobID string) (Usage, error) {
-	items, err := s.queryPrefix(ctx, jobID, skUsagePrefix)
+	recs, err := s.JobUsageRecords(ctx, jobID)
 	if err != nil {
-		return Usage{}, fmt.Errorf("usage of job %s: %w", jobID, err)
+		return Usage{}, err
 	}
 	var total Usage
-	for _, it := range items {
-		var u Usage
-		if err := json.Unmarshal([]byte(getS(it, "usage")), &u); err != nil {
-			return Usage{}, fmt.Errorf("usage record %s of job %s: %w", getS(it, "sk"), jobID, err)
-		}
+	for _, u := range recs {
 		total.Add(u)
 	}
 	return total, nil
+}
+
+// JobUsageRecords returns the job's usage records by key (strongly
+// consistent).
+func (s *Store) JobUsageRecords(ctx context.Context, jobID string) (map[string]Usage, error) {
+	items, err := s.queryPrefix(ctx, jobID, skUsagePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("usage of job %s: %w", jobID, err)
+	}
+	out := make(map[string]Usage, len(items))
+	for _, it := range items {
+		var u Usage
+		if err := json.Unmarshal([]byte(getS(it, "usage")), &u); err != nil {
+			return nil, fmt.Errorf("usage record %s of job %s: %w", getS(it, "sk"), jobID, err)
+		}
+		out[strings.TrimPrefix(getS(it, "sk"), skUsagePrefix)] = u
+	}
+	return out, nil
 }
 
 // SetJobUsage keeps the job's total usage on its record once the job is
