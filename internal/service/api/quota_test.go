@@ -215,3 +215,7 @@ func TestConcurrentJobsQuotaAcrossTwoAPIProcesses(t *testing.T) {
 		t.Fatalf("a job after one ended: %d", res.StatusCode)
 	}
 }
+
+func storeUsage(searches int64) store.Usage {
+	return store.Usage{SearchCalls: map[string]int64{"searxng": searches}}
+}
