@@ -18,6 +18,11 @@ type QuotaLimits struct {
 	ConcurrentJobs int `toml:"concurrent_jobs"`
 	// JobsPerHour bounds job submissions per clock hour.
 	JobsPerHour int `toml:"jobs_per_hour"`
+	// MaxCostPerDay and MaxCostPerMonth, in the [pricing] currency, refuse
+	// new jobs once the tenant's jobs ended that UTC day or month cost
+	// that much.
+	MaxCostPerDay   float64 `toml:"max_cost_per_day"`
+	MaxCostPerMonth float64 `toml:"max_cost_per_month"`
 }
 
 // QuotasConfig is [quotas]: every tenant's quotas, and per-tenant
@@ -31,6 +36,8 @@ type QuotasConfig struct {
 	MaxSandboxTTL           Duration `toml:"max_sandbox_ttl"`
 	ConcurrentJobs          int      `toml:"concurrent_jobs"`
 	JobsPerHour             int      `toml:"jobs_per_hour"`
+	MaxCostPerDay           float64  `toml:"max_cost_per_day"`
+	MaxCostPerMonth         float64  `toml:"max_cost_per_month"`
 
 	Tenants map[string]QuotaLimits `toml:"tenants"`
 
@@ -59,6 +66,7 @@ func (q *QuotasConfig) defaults() QuotaLimits {
 	return QuotaLimits{
 		ConcurrentSandboxes: q.ConcurrentSandboxes, SandboxCreationsPerHour: q.SandboxCreationsPerHour,
 		MaxSandboxTTL: q.MaxSandboxTTL, ConcurrentJobs: q.ConcurrentJobs, JobsPerHour: q.JobsPerHour,
+		MaxCostPerDay: q.MaxCostPerDay, MaxCostPerMonth: q.MaxCostPerMonth,
 	}
 }
 
@@ -92,6 +100,12 @@ func (q *QuotasConfig) check(c *Config, r *report) {
 		if set("jobs_per_hour") {
 			l.JobsPerHour = o.JobsPerHour
 		}
+		if set("max_cost_per_day") {
+			l.MaxCostPerDay = o.MaxCostPerDay
+		}
+		if set("max_cost_per_month") {
+			l.MaxCostPerMonth = o.MaxCostPerMonth
+		}
 		q.resolved[tenant] = l
 	}
 }
@@ -113,6 +127,12 @@ func checkLimits(path string, l QuotaLimits, r *report) {
 			r.add(key, "%s: %d is negative; 0 means unlimited", key, f.v)
 		case f.max > 0 && f.v > f.max:
 			r.add(key, "%s: %d is more than %d, the most one tenant's quota item holds", key, f.v, f.max)
+		}
+	}
+	for k, v := range map[string]float64{"max_cost_per_day": l.MaxCostPerDay, "max_cost_per_month": l.MaxCostPerMonth} {
+		if v < 0 {
+			key := join(path, k)
+			r.add(key, "%s: %v is negative; 0 means no budget", key, v)
 		}
 	}
 	if l.MaxSandboxTTL < 0 {

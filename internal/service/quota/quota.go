@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
@@ -77,6 +78,11 @@ func (e *Enforcer) ReleaseSandbox(ctx context.Context, tenant, name string) erro
 // *store.LimitError.
 func (e *Enforcer) AdmitJob(ctx context.Context, tenant, key string, counted bool) error {
 	l := e.limits(tenant)
+	if counted && (l.MaxCostPerDay > 0 || l.MaxCostPerMonth > 0) {
+		if err := e.checkSpend(ctx, tenant, l); err != nil {
+			return err
+		}
+	}
 	if counted && l.JobsPerHour > 0 {
 		if err := e.st.CountInWindow(ctx, tenant, store.QuotaJobsPerHour, int64(l.JobsPerHour), time.Hour); err != nil {
 			return err
@@ -84,6 +90,29 @@ func (e *Enforcer) AdmitJob(ctx context.Context, tenant, key string, counted boo
 	}
 	if l.ConcurrentJobs > 0 {
 		return e.st.AcquireSlot(ctx, tenant, store.QuotaConcurrentJobs, int64(l.ConcurrentJobs), key)
+	}
+	return nil
+}
+
+// checkSpend refuses a new job of a tenant whose ended jobs cost its daily
+// or monthly budget. It is a read, not a conditional write: what a job
+// costs is known only once it ended, so jobs running when the budget is
+// reached finish (each within its own "budget", if it has one), and the
+// tenant's next job is refused. The refusal is a 429 like every limit's,
+// its Retry-After the end of the UTC day or month: waiting is what helps.
+func (e *Enforcer) checkSpend(ctx context.Context, tenant string, l config.QuotaLimits) error {
+	now := time.Now().UTC()
+	day, month, err := e.st.TenantSpend(ctx, tenant, now)
+	if err != nil {
+		return err
+	}
+	if l.MaxCostPerDay > 0 && float64(day) >= l.MaxCostPerDay*1e6 {
+		next := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, time.UTC)
+		return &store.LimitError{Limit: store.QuotaMaxCostPerDay, Max: int64(math.Ceil(l.MaxCostPerDay)), Scope: "tenant", RetryAfter: next.Sub(now)}
+	}
+	if l.MaxCostPerMonth > 0 && float64(month) >= l.MaxCostPerMonth*1e6 {
+		next := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+		return &store.LimitError{Limit: store.QuotaMaxCostPerMonth, Max: int64(math.Ceil(l.MaxCostPerMonth)), Scope: "tenant", RetryAfter: next.Sub(now)}
 	}
 	return nil
 }

@@ -106,3 +106,42 @@ func TestOverridesAndTTL(t *testing.T) {
 		t.Fatalf("a two-hour sandbox: %v", err)
 	}
 }
+
+// A tenant's ended jobs count against its daily budget once each; past the
+// budget a new job is refused until the day ends.
+func TestDailyBudgetRefusesNewJobs(t *testing.T) {
+	db := testddb.ForTests(t)
+	st := store.NewLocal(db.Endpoint, db.Prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := quota.New(st, quotas(t, "[quotas]\nmax_cost_per_day = 1.5\n"))
+	if _, _, err := st.CreateJob(ctx, store.NewJob{ID: "j-spent", Tenant: "acme", Request: []byte(`{}`), RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	// Cleanup running twice counts the job once.
+	for range 2 {
+		if err := st.AddTenantSpend(ctx, "j-spent", "acme", 1_000_000, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if day, month, err := st.TenantSpend(ctx, "acme", time.Now()); err != nil || day != 1_000_000 || month != 1_000_000 {
+		t.Fatalf("spend %d %d %v", day, month, err)
+	}
+	if err := q.AdmitJob(ctx, "acme", "j-next", true); err != nil {
+		t.Fatalf("within the budget: %v", err)
+	}
+	if _, _, err := st.CreateJob(ctx, store.NewJob{ID: "j-more", Tenant: "acme", Request: []byte(`{}`), RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddTenantSpend(ctx, "j-more", "acme", 600_000, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	err := q.AdmitJob(ctx, "acme", "j-last", true)
+	var le *store.LimitError
+	if !errors.As(err, &le) || le.Limit != store.QuotaMaxCostPerDay || le.Max != 2 || le.RetryAfter <= 0 || le.RetryAfter > 24*time.Hour {
+		t.Fatalf("past the budget: %v (%+v)", err, le)
+	}
+	if err := q.AdmitJob(ctx, "globex", "j-other", true); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+}

@@ -3,7 +3,9 @@ package research
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/search"
@@ -103,6 +105,12 @@ func (p *Phases) closeUsage(ctx context.Context, job store.Job) (store.Usage, er
 		return store.Usage{}, err
 	}
 	if err := p.Store.SetJobUsage(ctx, job.ID, total); err != nil {
+		return store.Usage{}, err
+	}
+	// Counted once per job against the tenant's daily and monthly budget
+	// ([quotas] max_cost_per_day, max_cost_per_month).
+	c := usage.Price(p.Config.Pricing, total)
+	if err := p.Store.AddTenantSpend(ctx, job.ID, job.Tenant, int64(math.Round(c.Total*1e6)), time.Now()); err != nil {
 		return store.Usage{}, err
 	}
 	return total, nil

@@ -12,6 +12,8 @@ const (
 	QuotaMaxSandboxTTL           = "max_sandbox_ttl"
 	QuotaConcurrentJobs          = "concurrent_jobs"
 	QuotaJobsPerHour             = "jobs_per_hour"
+	QuotaMaxCostPerDay           = "max_cost_per_day"
+	QuotaMaxCostPerMonth         = "max_cost_per_month"
 )
 
 // LimitError is a limit that refused work: a tenant quota (concurrent

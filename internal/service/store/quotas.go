@@ -218,3 +218,70 @@ func (s *Store) getItem(ctx context.Context, table string, key map[string]types.
 	}
 	return out.Item, nil
 }
+
+// Tenant spending, for the daily and monthly cost budgets of [quotas]: one
+// counter item per tenant and day and per tenant and month, in millionths
+// of the [pricing] currency.
+
+func spendKey(tenant, period string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": avS("#spend#" + tenant + "#" + period)}
+}
+
+func spendPeriods(t time.Time) (day, month string) {
+	t = t.UTC()
+	return t.Format(time.DateOnly), t.Format("2006-01")
+}
+
+// AddTenantSpend adds what a job cost (in millionths) to its tenant's
+// spending of the day and month of at, once per job: the job record is
+// marked in the same transaction, so a Cleanup that runs again adds
+// nothing.
+func (s *Store) AddTenantSpend(ctx context.Context, jobID, tenant string, micros int64, at time.Time) error {
+	if micros <= 0 {
+		return nil
+	}
+	day, month := spendPeriods(at)
+	update := func(period string, ttl time.Duration) types.TransactWriteItem {
+		return types.TransactWriteItem{Update: &types.Update{
+			TableName:                 &s.sandboxes,
+			Key:                       spendKey(tenant, period),
+			UpdateExpression:          aws.String("ADD micros :m SET expires_at = :x, tenant = :t"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":m": avN(micros), ":x": avN(at.Add(ttl).Unix()), ":t": avS(tenant)},
+		}}
+	}
+	_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                 &s.jobs,
+			Key:                       jobKey(jobID),
+			UpdateExpression:          aws.String("SET spend_counted = :m"),
+			ConditionExpression:       aws.String("attribute_exists(pk) AND attribute_not_exists(spend_counted)"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":m": avN(micros)},
+		}},
+		update(day, 3*24*time.Hour),
+		update(month, 63*24*time.Hour),
+	}})
+	if reasons, ok := txReasons(err); ok && len(reasons) > 0 && reasonCode(reasons[0]) == "ConditionalCheckFailed" {
+		return nil // counted already (or the job is gone)
+	}
+	if err != nil {
+		return fmt.Errorf("count the spending of job %s: %w", jobID, err)
+	}
+	return nil
+}
+
+// TenantSpend returns what the tenant spent (in millionths) on the day and
+// in the month of at.
+func (s *Store) TenantSpend(ctx context.Context, tenant string, at time.Time) (day, month int64, err error) {
+	d, m := spendPeriods(at)
+	for _, p := range []struct {
+		period string
+		into   *int64
+	}{{d, &day}, {m, &month}} {
+		item, err := s.getItem(ctx, s.sandboxes, spendKey(tenant, p.period))
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return 0, 0, err
+		}
+		*p.into = getN(item, "micros")
+	}
+	return day, month, nil
+}
