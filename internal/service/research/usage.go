@@ -120,17 +120,11 @@ func (p *Phases) closeUsage(ctx context.Context, job store.Job) (store.Usage, er
 // its report (its sandbox still runs until Cleanup, whose time GET
 // /v1/jobs/{id} adds).
 func (r *run) costFooter() (string, error) {
-	u, err := r.p.Store.JobUsage(r.ctx, r.job.ID)
+	// As the budget counts it: a report phase run again is not counted
+	// twice in its own footer.
+	u, err := r.spent()
 	if err != nil {
 		return "", err
-	}
-	u.Add(r.use.snapshot())
-	if r.p.Sandboxes != nil {
-		sb, err := r.p.Sandboxes.Usage(r.ctx, jobOwner(r.job))
-		if err != nil {
-			return "", err
-		}
-		u.Add(sb)
 	}
 	return "\n\n---\n\n_" + usage.Line(u, usage.Price(r.p.Config.Pricing, u)) + " (Up to this report; GET /v1/jobs/{id} has the final usage.)_\n", nil
 }
