@@ -129,3 +129,39 @@ func TestCountInWindow(t *testing.T) {
 		t.Fatalf("another tenant: %v", err)
 	}
 }
+
+// BenchmarkSlotAdmission is what a concurrency quota adds to one job: a
+// slot taken and given back on one tenant item that already holds 99
+// others (a busy tenant at concurrent_jobs = 100), next to the job record's
+// own conditional create as the baseline in the same run.
+func BenchmarkSlotAdmission(b *testing.B) {
+	st, _ := newStore(b)
+	ctx := testCtx(b)
+	for i := range 99 {
+		if err := st.AcquireSlot(ctx, "busy", store.QuotaConcurrentJobs, 100, fmt.Sprintf("j-held-%02d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("create-job-baseline", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			if _, _, err := st.CreateJob(ctx, store.NewJob{ID: fmt.Sprintf("j-base-%d", i), Tenant: "busy", Request: []byte(`{}`), RequestHash: "h"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("acquire-and-release-slot", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			h := fmt.Sprintf("j-bench-%d", i)
+			if err := st.AcquireSlot(ctx, "busy", store.QuotaConcurrentJobs, 100, h); err != nil {
+				b.Fatal(err)
+			}
+			if err := st.ReleaseSlot(ctx, "busy", store.QuotaConcurrentJobs, h); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
