@@ -126,14 +126,18 @@ func (e *Enforcer) ReleaseJob(ctx context.Context, tenant, key string) error {
 	return e.st.ReleaseSlot(ctx, tenant, store.QuotaConcurrentJobs, key)
 }
 
+// NeverStartedAfter is how long a queued job without an execution keeps
+// its slot before Reconcile takes it for abandoned.
+const NeverStartedAfter = 10 * time.Minute
+
 // Reconciled counts the slots Reconcile gave back.
 type Reconciled struct {
 	Jobs      int `json:"job_slots_released"`
 	Sandboxes int `json:"sandbox_slots_released"`
 }
 
-// Reconcile gives back the slots whose holder is gone: a job that ended or
-// does not exist, a sandbox whose ledger entry is closed or does not
+// Reconcile gives back the slots whose holder is gone: a job that ended,
+// does not exist, or never started (NeverStartedAfter), a sandbox whose ledger entry is closed or does not
 // exist. Only holders older than grace are looked at, so that a slot taken
 // just before its job or ledger entry is written is not taken for lost. It
 // works with or without an Enforcer (the slots of a quota since turned off
@@ -152,7 +156,11 @@ func Reconcile(ctx context.Context, st *store.Store, grace time.Duration, now ti
 			if errors.Is(err, store.ErrNotFound) {
 				return true, nil
 			}
-			return err == nil && job.Status.Terminal(), err
+			// A job whose execution never started (the API died between
+			// the record and the start) runs nothing: resubmitting it
+			// takes a slot again.
+			neverStarted := job.Status == store.StatusQueued && job.ExecutionID == "" && now.Sub(job.CreatedAt) > NeverStartedAfter
+			return err == nil && (job.Status.Terminal() || neverStarted), err
 		})
 		out.Jobs += n
 		errs = append(errs, err)

@@ -45,6 +45,10 @@ func TestReconcileGivesBackWhatACrashLost(t *testing.T) {
 	if _, err := st.SetStatus(ctx, "j-ended", nil, store.StatusCancelled); err != nil {
 		t.Fatal(err)
 	}
+	exec := "exec:j-live"
+	if _, err := st.UpdateJob(ctx, "j-live", store.JobUpdate{ExecutionID: &exec}); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []string{"j-live", "j-ended", "j-never"} {
 		if err := q.AdmitJob(ctx, "acme", id, true); err != nil {
 			t.Fatal(err)
@@ -86,6 +90,17 @@ func TestReconcileGivesBackWhatACrashLost(t *testing.T) {
 	}
 	if err := q.AdmitJob(ctx, "acme", "j-fourth", true); err != nil {
 		t.Fatalf("after the reconcile: %v", err)
+	}
+	// A job created whose execution never started keeps its slot for
+	// NeverStartedAfter, then loses it.
+	if _, _, err := st.CreateJob(ctx, store.NewJob{ID: "j-fourth", Tenant: "acme", Request: []byte(`{}`), RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := quota.Reconcile(ctx, st, time.Minute, time.Now().Add(2*time.Minute), closed); err != nil || got.Jobs != 0 {
+		t.Fatalf("a job just created: %+v, %v", got, err)
+	}
+	if got, err := quota.Reconcile(ctx, st, time.Minute, time.Now().Add(quota.NeverStartedAfter+time.Minute), closed); err != nil || got.Jobs != 1 {
+		t.Fatalf("a job that never started: %+v, %v", got, err)
 	}
 }
 
