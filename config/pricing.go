@@ -1,10 +1,6 @@
 package config
 
-import (
-	"maps"
-	"regexp"
-	"slices"
-)
+import "regexp"
 
 // PricingConfig is [pricing]: what usage costs, so that a job's and a
 // tenant's usage is shown with its cost. A usage with no price here is
@@ -46,20 +42,22 @@ func (p *PricingConfig) check(_ *Config, r *report) {
 			r.add(key, "%s: %v is negative", key, v)
 		}
 	}
-	for _, prov := range slices.Sorted(maps.Keys(p.Sandbox)) {
-		for _, size := range slices.Sorted(maps.Keys(p.Sandbox[prov])) {
+	// Problems come out in line order whatever the order they are found
+	// in, so the maps are read as they are.
+	for prov, sizes := range p.Sandbox {
+		for size, price := range sizes {
 			key := join(join("pricing.sandbox", prov), size)
 			if !memoryKey.MatchString(size) {
 				r.add(key, "%s: %q is neither a memory size in MB (such as \"512\") nor \"default\"", key, size)
 			}
-			negative(key, p.Sandbox[prov][size])
+			negative(key, price)
 		}
 	}
-	for _, m := range slices.Sorted(maps.Keys(p.Models)) {
-		negative(join(join("pricing.models", m), "input"), p.Models[m].Input)
-		negative(join(join("pricing.models", m), "output"), p.Models[m].Output)
+	for m, price := range p.Models {
+		negative(join(join("pricing.models", m), "input"), price.Input)
+		negative(join(join("pricing.models", m), "output"), price.Output)
 	}
-	for _, b := range slices.Sorted(maps.Keys(p.Search)) {
-		negative(join("pricing.search", b), p.Search[b])
+	for b, price := range p.Search {
+		negative(join("pricing.search", b), price)
 	}
 }

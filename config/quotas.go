@@ -129,11 +129,13 @@ func checkLimits(path string, l QuotaLimits, r *report) {
 			r.add(key, "%s: %d is more than %d, the most one tenant's quota item holds", key, f.v, f.max)
 		}
 	}
-	for k, v := range map[string]float64{"max_cost_per_day": l.MaxCostPerDay, "max_cost_per_month": l.MaxCostPerMonth} {
-		if v < 0 {
-			key := join(path, k)
-			r.add(key, "%s: %v is negative; 0 means no budget", key, v)
-		}
+	if l.MaxCostPerDay < 0 {
+		key := join(path, "max_cost_per_day")
+		r.add(key, "%s: %v is negative; 0 means no budget", key, l.MaxCostPerDay)
+	}
+	if l.MaxCostPerMonth < 0 {
+		key := join(path, "max_cost_per_month")
+		r.add(key, "%s: %v is negative; 0 means no budget", key, l.MaxCostPerMonth)
 	}
 	if l.MaxSandboxTTL < 0 {
 		key := join(path, "max_sandbox_ttl")

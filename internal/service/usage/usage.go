@@ -5,7 +5,6 @@ package usage
 
 import (
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -46,18 +45,30 @@ type SearchCalls struct {
 // ViewOf is u as the API shows it.
 func ViewOf(u store.Usage) View {
 	v := View{SandboxSeconds: []SandboxSeconds{}, Execs: u.Execs, Tokens: []Tokens{}, SearchCalls: []SearchCalls{}, PagesCrawled: u.PagesCrawled}
-	for _, k := range slices.Sorted(maps.Keys(u.SandboxSeconds)) {
+	for _, k := range sortedKeys(u.SandboxSeconds) {
 		p, mb := store.ParseSandboxSize(k)
 		v.SandboxSeconds = append(v.SandboxSeconds, SandboxSeconds{Provider: p, MemoryMB: mb, Seconds: round(u.SandboxSeconds[k], 3)})
 	}
-	for _, m := range slices.Sorted(maps.Keys(u.Tokens)) {
+	for _, m := range sortedKeys(u.Tokens) {
 		t := u.Tokens[m]
 		v.Tokens = append(v.Tokens, Tokens{Model: m, Input: t.Input, Output: t.Output, Estimated: t.Estimated})
 	}
-	for _, b := range slices.Sorted(maps.Keys(u.SearchCalls)) {
+	for _, b := range sortedKeys(u.SearchCalls) {
 		v.SearchCalls = append(v.SearchCalls, SearchCalls{Backend: b, Calls: u.SearchCalls[b]})
 	}
 	return v
+}
+
+// sortedKeys is m's keys in order. A plain loop: maps.Keys and
+// slices.Sorted would instantiate per map type, in the API Lambda that has
+// no room for them.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // Cost is a usage's cost. Amounts are rounded to six decimals.
