@@ -42,6 +42,8 @@ type Config struct {
 	Sessions SessionsConfig `toml:"sessions"`
 	Research ResearchConfig `toml:"research"`
 	Tools    ToolsConfig    `toml:"tools"`
+	Quotas   QuotasConfig   `toml:"quotas"`
+	Pricing  PricingConfig  `toml:"pricing"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -67,7 +69,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools, &c.Quotas, &c.Pricing}
 }
 
 // Load reads and validates the config file at path; an empty path means

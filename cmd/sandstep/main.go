@@ -44,6 +44,9 @@ func commands() map[string]command {
 		"events": {"ID [flags]", "print a job's events; --follow streams them until the job ends", "", runEvents},
 		"cancel": {"ID [flags]", "cancel a job", "", runCancel},
 		"report": {"ID [flags]", "print a finished job's report as markdown", "", runReport},
+		"usage": {"[flags]", "show what your jobs used and cost, by day, job type or provider",
+			"Reads GET /v1/usage: sandbox seconds, commands run, model tokens, search calls and pages crawled of the\n" +
+				"jobs created in the range, with their cost at the server's [pricing].", runUsage},
 		"run-code": {"[FILE | -e CODE] [flags]", "run code in a session of a server: files in /workspace stay for the session's next runs",
 			"The code comes from FILE, from -e, or from standard input. Its output goes to stdout and stderr, then the\n" +
 				"value of its last expression as JSON. The language is --language, else FILE's extension, else javascript\n" +

@@ -15,6 +15,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/tools"
 	"github.com/sandstep/sandstep/providers/plugin"
@@ -76,6 +77,8 @@ func newFunction(ctx context.Context) (*function, error) {
 		Docs:       docs,
 		Tools:      tools.SettingsFrom(a.Config),
 		Auth:       auth,
+		Quotas:     quota.New(a.Store, &a.Config.Quotas),
+		Pricing:    &a.Config.Pricing,
 		Logger:     a.Logger,
 		// The body limits of [server] hold behind API Gateway too.
 		Server: a.Config.Server,

@@ -25,6 +25,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -208,6 +209,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Provider:   s.Provider,
 		Deployment: cfg.Provider.Deployment,
 		Auth:       auth,
+		Quotas:     quota.New(st, &cfg.Quotas),
+		Pricing:    &cfg.Pricing,
 		Sessions:   s.Sessions,
 		Docs:       s.Docs,
 		Tools:      tools.SettingsFrom(cfg),

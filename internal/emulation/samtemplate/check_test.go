@@ -128,7 +128,7 @@ func TestRepoTemplateShape(t *testing.T) {
 		"DELETE /v1/sessions/{sid}",
 		"GET /", "GET /console/{file}", "GET /healthz", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report",
 		"GET /v1/openapi.json", "GET /v1/providers", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events", "GET /v1/sessions/{sid}/runs/{run}",
-		"GET /v1/tools", "POST /mcp",
+		"GET /v1/tools", "GET /v1/usage", "POST /mcp",
 		"POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/code_modules",
 		"POST /v1/sessions/{sid}/run", "POST /v1/sessions/{sid}/search_docs",
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/tools"
@@ -59,6 +60,12 @@ type Options struct {
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service
 	Tools tools.Settings
+	// Quotas, when set, admit every new job (concurrent_jobs,
+	// jobs_per_hour); nil allows everything.
+	Quotas *quota.Enforcer
+	// Pricing, when set, turns usage into cost on GET /v1/jobs/{id} and
+	// GET /v1/usage; nil answers "cost": null.
+	Pricing *config.PricingConfig
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -122,6 +129,7 @@ func (s *server) register(mux *http.ServeMux) {
 	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
 	s.handle(mux, "GET /v1/providers", s.providers)
+	s.handle(mux, "GET /v1/usage", s.usage)
 	s.sessionRoutes(mux)
 	s.toolRoutes(mux)
 	s.consoleRoutes(mux)

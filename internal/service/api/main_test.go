@@ -27,7 +27,12 @@ import (
 	"github.com/sandstep/sandstep/providers"
 )
 
-func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		os.Exit(runAPIChild())
+	}
+	os.Exit(testddb.RunTests(m))
+}
 
 // Tokens of the test tenants. The dev token is passed as the one the serve
 // command would generate.

@@ -14,6 +14,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/logging"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -92,7 +93,8 @@ func (a *App) UseProvider(p providers.Provider) {
 // Sandboxes returns the owner of the sandbox lifecycle over p, for this
 // App's store and configured provider.
 func (a *App) Sandboxes(p providers.Provider) *sandboxes.Manager {
-	return sandboxes.New(sandboxes.Options{Store: a.Store, Provider: p, ProviderName: a.Config.Provider.Name, Deployment: a.Config.Provider.Deployment, Logger: a.Logger})
+	return sandboxes.New(sandboxes.Options{Store: a.Store, Provider: p, ProviderName: a.Config.Provider.Name, Deployment: a.Config.Provider.Deployment, Logger: a.Logger,
+		Quotas: quota.New(a.Store, &a.Config.Quotas)})
 }
 
 // FromLambdaEnv assembles the App inside a Lambda: config.toml shipped with

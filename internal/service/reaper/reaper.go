@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -48,6 +49,10 @@ type Reaper struct {
 	// CreateGrace is how long a ledger entry may stay "creating" before
 	// the create is taken to have died with its caller. Default 10m.
 	CreateGrace time.Duration
+	// QuotaGrace is how old a tenant quota slot must be before a pass
+	// checks its holder (a slot is taken just before its job or ledger
+	// entry is written). Default 2m.
+	QuotaGrace time.Duration
 	// Docs, when set, has the LLM tools' documentation indexed when it is
 	// due ([tools] reindex_interval), in passes after startup.
 	Docs DocsIndexer
@@ -91,13 +96,17 @@ type Counts struct {
 	// DocChunksWritten: documentation chunks new or changed since the
 	// last indexing (a page that could not be fetched is logged).
 	DocChunksWritten int `json:"doc_chunks_written"`
-	Errors           int `json:"errors"`
+	// QuotaSlotsReleased: tenant quota slots (concurrent_jobs,
+	// concurrent_sandboxes) whose job ended or whose sandbox's ledger
+	// entry closed without giving them back (a crash in between).
+	QuotaSlotsReleased int `json:"quota_slots_released"`
+	Errors             int `json:"errors"`
 }
 
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.SnapshotsDeleted + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.SnapshotsDeleted + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten + c.QuotaSlotsReleased
 }
 
 func (r *Reaper) now() time.Time {
@@ -202,6 +211,16 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		c.Errors++
 		errs = append(errs, err)
 	}
+	// After the ledger step, which closes the entries of sandboxes that
+	// are gone: their slots go back in the same pass.
+	step("quota slots", &c.QuotaSlotsReleased, func() (int, error) {
+		grace := r.QuotaGrace
+		if grace <= 0 {
+			grace = 2 * time.Minute
+		}
+		got, err := quota.Reconcile(ctx, r.Store, grace, now, r.Sandboxes.Closed)
+		return got.Jobs + got.Sandboxes, err
+	})
 	if r.Docs != nil && since == nil {
 		step("docs index", &c.DocChunksWritten, func() (int, error) {
 			rep, err := r.Docs.IndexIfDue(ctx)

@@ -224,7 +224,7 @@ func (m *Manager) reconcileByGet(ctx context.Context, live []store.LedgerEntry, 
 }
 
 func (m *Manager) closeGone(ctx context.Context, e store.LedgerEntry) error {
-	if _, err := m.st.LedgerClose(ctx, e.Name, "gone"); err != nil {
+	if _, err := m.close(ctx, e.Name, "gone"); err != nil {
 		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
 	}
 	m.log.Info("closed the ledger entry of a sandbox that is gone", "name", e.Name, "sandbox_id", e.ProviderID)

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -81,6 +82,10 @@ type Options struct {
 	Logger     *slog.Logger
 	// Now is the clock of deadlines (default time.Now).
 	Now func() time.Time
+	// Quotas, when set, are the tenant quotas every Acquire is admitted
+	// by (max_sandbox_ttl, concurrent_sandboxes, sandbox_creations_per_hour);
+	// nil allows everything. The slot is given back when the entry closes.
+	Quotas *quota.Enforcer
 }
 
 // Manager acquires and releases sandboxes. It is safe for concurrent use
@@ -93,6 +98,7 @@ type Manager struct {
 	dep  string
 	log  *slog.Logger
 	now  func() time.Time
+	quot *quota.Enforcer
 
 	capsMu sync.Mutex
 	caps   *providers.Capabilities
@@ -111,7 +117,7 @@ func New(o Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
-	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now, quot: o.Quotas}
 }
 
 // Deployment is the deployment id the Manager labels sandboxes with.
@@ -146,6 +152,41 @@ func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, err
 // snapshot) checks against.
 func (m *Manager) Live(ctx context.Context) ([]store.LedgerEntry, error) {
 	return m.st.LedgerListLive(ctx, time.Now().AddDate(100, 0, 0), 0)
+}
+
+// Closed reports whether the sandbox named name is over as far as the
+// ledger knows: its entry is terminated, or there is none.
+func (m *Manager) Closed(ctx context.Context, name string) (bool, error) {
+	e, err := m.st.LedgerGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	return err == nil && e.State == store.LedgerTerminated, err
+}
+
+// Usage is the sandbox time owner's sandboxes used, by provider and memory
+// size, from the ledger: from when each was confirmed running to when it
+// was terminated (or to now, for one still live). A sandbox whose create
+// was never confirmed counts nothing.
+func (m *Manager) Usage(ctx context.Context, owner Owner) (store.Usage, error) {
+	entries, err := m.st.LedgerListByOwner(ctx, owner.String())
+	if err != nil {
+		return store.Usage{}, err
+	}
+	var u store.Usage
+	for _, e := range entries {
+		if e.RunningAt.IsZero() {
+			continue
+		}
+		end := e.TerminatedAt
+		if end.IsZero() {
+			end = m.now()
+		}
+		if secs := end.Sub(e.RunningAt).Seconds(); secs > 0 {
+			u.Add(store.Usage{SandboxSeconds: map[string]float64{store.SandboxSize(e.Provider, e.MemoryMB): secs}})
+		}
+	}
+	return u, nil
 }
 
 // Held returns the live sandboxes owner holds (ledger entries not closed
@@ -253,9 +294,23 @@ func (m *Manager) end(ctx context.Context, owner, name, id, reason string) error
 		}
 	}
 	if name != "" {
-		if _, err := m.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := m.close(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("ledger close %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// close closes the ledger entry name and gives back its tenant's
+// concurrent_sandboxes slot. A slot whose release fails is logged and left
+// to the reaper (quota.Reconcile): the sandbox is gone either way.
+func (m *Manager) close(ctx context.Context, name, reason string) (store.LedgerEntry, error) {
+	e, err := m.st.LedgerClose(ctx, name, reason)
+	if err != nil {
+		return e, err
+	}
+	if rerr := m.quot.ReleaseSandbox(ctx, e.Tenant, name); rerr != nil {
+		m.log.Warn("give back a sandbox's quota slot", "name", name, "tenant", e.Tenant, "err", rerr)
+	}
+	return e, nil
 }

@@ -34,6 +34,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
@@ -172,7 +173,7 @@ func New(opts Options) (*Service, error) {
 		}
 	}
 	if s.prov != nil {
-		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Deployment: s.deployment, Logger: log})
+		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Deployment: s.deployment, Logger: log, Quotas: quota.New(s.st, &cfg.Quotas)})
 	}
 	s.redact = newRedactor(values)
 	s.buildRedact = newRedactor(buildSecrets(values, s.deps.buildEnv))

@@ -44,6 +44,9 @@ type LedgerEntry struct {
 	// cleanup keeps it while the entry is live (written before the
 	// create, so a sandbox being created counts too).
 	Snapshot string
+	// MemoryMB is the size the sandbox was asked for (0: the provider's
+	// default), which usage is priced by.
+	MemoryMB int
 	State    LedgerState
 	// Deadline is when the sandbox must be gone at the latest; the reaper
 	// terminates live sandboxes past it.
@@ -93,6 +96,9 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	}
 	if e.Parent != "" {
 		item["parent"] = avS(e.Parent)
+	}
+	if e.MemoryMB > 0 {
+		item["memory_mb"] = avN(int64(e.MemoryMB))
 	}
 	if len(e.Labels) > 0 {
 		item["labels"] = avStrMap(e.Labels)
@@ -247,6 +253,7 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		Tenant:       getS(item, "tenant"),
 		Labels:       getStrMap(item, "labels"),
 		Snapshot:     getS(item, "snapshot"),
+		MemoryMB:     int(getN(item, "memory_mb")),
 		State:        LedgerState(getS(item, "state")),
 		Deadline:     getTime(item, "deadline"),
 		CreatedAt:    getTime(item, "created_at"),
