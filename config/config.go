@@ -35,13 +35,14 @@ type Config struct {
 	// config file's own folder, so a config works from any working directory.
 	Dir string
 
-	Server   ServerConfig   `toml:"server"`
-	Provider ProviderConfig `toml:"provider"`
-	Sandbox  SandboxConfig  `toml:"sandbox"`
-	Auth     AuthConfig     `toml:"auth"`
-	Sessions SessionsConfig `toml:"sessions"`
-	Research ResearchConfig `toml:"research"`
-	Tools    ToolsConfig    `toml:"tools"`
+	Server    ServerConfig    `toml:"server"`
+	Provider  ProviderConfig  `toml:"provider"`
+	Sandbox   SandboxConfig   `toml:"sandbox"`
+	Auth      AuthConfig      `toml:"auth"`
+	Sessions  SessionsConfig  `toml:"sessions"`
+	Sandboxes SandboxesConfig `toml:"sandboxes"`
+	Research  ResearchConfig  `toml:"research"`
+	Tools     ToolsConfig     `toml:"tools"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -67,7 +68,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Sandboxes, &c.Tools}
 }
 
 // Load reads and validates the config file at path; an empty path means
