@@ -135,6 +135,9 @@ type Provider struct {
 	egress   *egress.Proxy
 	egressMu sync.Mutex
 	serving  map[string]*egressServer
+	// ports holds the sandboxes whose exposed ports this process serves
+	// (guarded by egressMu).
+	ports map[string]*portServer
 }
 
 // settings are what Configure derives from Settings.
@@ -545,6 +548,9 @@ func (p *Provider) reload() {
 			p.remember(&sandbox{rec: rec})
 			if s, err := p.ready(); err == nil {
 				p.resumeEgress(s, rec.ID)
+				if err := p.servePorts(s, rec); err != nil {
+					p.log.Warn("reload: the sandbox's exposed ports cannot be served", "sandbox_id", rec.ID, "err", err)
+				}
 			}
 			p.log.Info("reload: sandbox is live", "sandbox_id", rec.ID, "name", rec.Name)
 		case !rec.starting():
