@@ -75,9 +75,12 @@ const (
 	// sandstep's own in-sandbox programs (the crawler) arrive there without
 	// a copy.
 	ToolsPath = "/opt/sandstep/tools"
-	agentPath = "/.sandstep/agent"
-	homePath  = "/home/sandbox"
-	workPath  = "/workspace"
+	// PythonPath is where sandstep's Python client is, when tools_dir has
+	// it (python/): a link into ToolsPath.
+	PythonPath = "/opt/sandstep/python"
+	agentPath  = "/.sandstep/agent"
+	homePath   = "/home/sandbox"
+	workPath   = "/workspace"
 	// sandboxUID is the uid (and gid) commands see inside; on the host they
 	// run as the sandbox's own uid.
 	sandboxUID = 1000

@@ -557,6 +557,11 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	}
 	if tools != "" {
 		args = append(args, "--ro-bind", tools, ToolsPath)
+		// sandstep's Python client (tools_dir/python) is importable from
+		// /opt/sandstep/python, as agents' code expects it.
+		if fi, err := os.Stat(filepath.Join(tools, "python")); err == nil && fi.IsDir() {
+			args = append(args, "--symlink", ToolsPath+"/python", PythonPath)
+		}
 	}
 	for i, m := range rec.Mounts {
 		src, err := p.stageVolume(ctx, s, st, m, fmt.Sprintf("volume%d", i), uid)

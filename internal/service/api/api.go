@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -52,6 +53,9 @@ type Options struct {
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
+	// Sandboxes serves /v1/sandboxes and the Sandy-compatible
+	// /api/sandboxes; nil makes those routes answer 404.
+	Sandboxes *direct.Service
 	// Docs runs search_docs and keeps code modules (the LLM tools, on
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service
@@ -110,6 +114,7 @@ func New(opts Options) http.Handler {
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
 	s.handle(mux, "GET /v1/providers", s.providers)
 	s.sessionRoutes(mux)
+	s.sandboxRoutes(mux)
 	s.toolRoutes(mux)
 	return s.logRequests(s.recoverPanics(s.routeErrors(mux)))
 }

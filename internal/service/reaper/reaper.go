@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -47,12 +48,21 @@ type Reaper struct {
 	// CreateGrace is how long a ledger entry may stay "creating" before
 	// the create is taken to have died with its caller. Default 10m.
 	CreateGrace time.Duration
+	// Direct, when set, has direct sandboxes (the /v1/sandboxes API)
+	// warned of, expired and reaped when idle, before the ledger pass
+	// reaps their children.
+	Direct DirectReaper
 	// Docs, when set, has the LLM tools' documentation indexed when it is
 	// due ([tools] reindex_interval), in passes after startup.
 	Docs DocsIndexer
 	// Now is the pass's clock (default time.Now); tests move it.
 	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+// DirectReaper is the pass over direct sandboxes (direct.Service).
+type DirectReaper interface {
+	Reap(ctx context.Context, now time.Time) (direct.ReapCounts, error)
 }
 
 // DocsIndexer indexes the dependencies' docs when due (docsearch.Service).
@@ -75,6 +85,8 @@ type Counts struct {
 	// Orphans: sandboxes carrying our owner label the ledger did not know.
 	Orphans           int `json:"orphans_terminated"`
 	ExecutionsStopped int `json:"executions_stopped"`
+	// Direct is what the pass over direct sandboxes did.
+	Direct direct.ReapCounts `json:"direct"`
 	// RunsInterrupted: run records failed by a startup pass.
 	RunsInterrupted int `json:"runs_interrupted"`
 	// JobsEnded: jobs a startup pass found with a sandbox but no running
@@ -178,6 +190,14 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 			step("sandboxes of sessions not in use", &c.SandboxesIdle, func() (int, error) { return sv.CloseSandboxesUnusedSince(ctx, time.Now()) })
 		} else {
 			step("idle sandboxes", &c.SandboxesIdle, func() (int, error) { return sv.CloseIdleSandboxes(ctx, now) })
+		}
+	}
+	if r.Direct != nil {
+		got, err := r.Direct.Reap(ctx, now)
+		c.Direct = got
+		if err != nil {
+			c.Errors++
+			errs = append(errs, fmt.Errorf("direct sandboxes: %w", err))
 		}
 	}
 	var running map[string]bool

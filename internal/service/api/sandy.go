@@ -1,0 +1,5 @@
+package api
+
+import "net/http"
+
+func (s *server) sandyRoutes(mux *http.ServeMux) {}
