@@ -559,7 +559,7 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		args = append(args, "--ro-bind", tools, ToolsPath)
 		// sandstep's Python client (tools_dir/python) is importable from
 		// /opt/sandstep/python, as agents' code expects it.
-		if fi, err := os.Stat(filepath.Join(tools, "python")); err == nil && fi.IsDir() {
+		if fi, err := os.Stat(filepath.Join(s.toolsDir, "python")); s.toolsDir != "" && err == nil && fi.IsDir() {
 			args = append(args, "--symlink", ToolsPath+"/python", PythonPath)
 		}
 	}
