@@ -391,3 +391,39 @@ func (s *Service) sandboxErr(d store.DirectSandbox, err error) error {
 	}
 	return err
 }
+
+// RunToEnd runs a command and waits for its end (or ctx's), then reads
+// its whole output: the synchronous exec of the Sandy-compatible facade,
+// whose clients expect the answer when the command has ended.
+func (s *Service) RunToEnd(ctx context.Context, caller Caller, id string, req ExecRequest) (ExecResult, error) {
+	res, err := s.Exec(ctx, caller, id, req)
+	if err != nil {
+		return res, err
+	}
+	for !res.Done {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if res, err = s.Status(ctx, caller, id, res.ID); err != nil {
+			return res, err
+		}
+	}
+	if res.Inline {
+		return res, nil
+	}
+	d, err := s.live(ctx, caller, id)
+	if err != nil {
+		return res, err
+	}
+	dir := execDir + "/" + res.ID
+	if res.Stdout, err = s.readAll(ctx, d, dir+"/out"); err == nil {
+		res.Stderr, err = s.readAll(ctx, d, dir+"/err")
+	}
+	if err != nil {
+		return res, s.sandboxErr(d, err)
+	}
+	res.Inline = true
+	return res, nil
+}
