@@ -276,4 +276,3 @@ func (s *server) sandyTerminate(w http.ResponseWriter, r *http.Request, c *call)
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"status": "terminated"})
 }
-
