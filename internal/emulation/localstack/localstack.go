@@ -25,6 +25,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/portproxy"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -217,6 +218,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		Auth:      auth,
 		Sessions:  s.Sessions,
 		Sandboxes: s.Direct,
+		PortProxy: portproxy.New,
 		Now:       opts.Now,
 		Docs:      s.Docs,
 		Tools:     tools.SettingsFrom(cfg),

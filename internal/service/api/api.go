@@ -56,6 +56,11 @@ type Options struct {
 	// Sandboxes serves /v1/sandboxes and the Sandy-compatible
 	// /api/sandboxes; nil makes those routes answer 404.
 	Sandboxes *direct.Service
+	// PortProxy forwards requests to a sandbox's exposed port (package
+	// portproxy); nil where the server cannot reach the provider's
+	// forwarders (the API Lambda): a port with a URL of the provider's own
+	// is then redirected to, others answer 501.
+	PortProxy func(target, prefix string, onError func(http.ResponseWriter, *http.Request, error)) (http.Handler, error)
 	// Docs runs search_docs and keeps code modules (the LLM tools, on
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service

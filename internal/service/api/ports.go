@@ -1,16 +1,10 @@
 package api
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -53,6 +47,13 @@ func (s *server) proxyPort(w http.ResponseWriter, r *http.Request, c *call) erro
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("sandbox %s exposes no port %q", id, r.PathValue("port"))}
 	}
 	target := d.PortURLs[strconv.Itoa(port)]
+	if s.opts.PortProxy == nil {
+		if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+			http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+			return nil
+		}
+		return &Error{Status: http.StatusNotImplemented, Code: CodeUnavailable, Message: "this server does not proxy exposed ports (the provider gives them no public URL of its own); a server of `sandstep serve` does"}
+	}
 	if target == "" {
 		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Message: "the provider did not expose this port"}
 	}
@@ -62,7 +63,10 @@ func (s *server) proxyPort(w http.ResponseWriter, r *http.Request, c *call) erro
 		http.SetCookie(w, &http.Cookie{Name: urlTokenCookie(id), Value: d.URLToken, Path: prefix + "/",
 			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	}
-	rp, err := portProxy(target, prefix)
+	rp, err := s.opts.PortProxy(target, prefix, func(w http.ResponseWriter, r *http.Request, err error) {
+		c.cause = err
+		writeError(w, &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Message: "nothing answers on port " + strconv.Itoa(port) + " in the sandbox"})
+	})
 	if err != nil {
 		c.cause = err
 		return &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Message: "the port's address is not usable"}
@@ -73,62 +77,6 @@ func (s *server) proxyPort(w http.ResponseWriter, r *http.Request, c *call) erro
 	if r.Header.Get("Upgrade") != "" {
 		_ = rc.SetReadDeadline(time.Time{})
 	}
-	rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
-		c.cause = err
-		writeError(w, &Error{Status: http.StatusBadGateway, Code: CodeUnavailable, Message: "nothing answers on port " + strconv.Itoa(port) + " in the sandbox"})
-	}
 	rp.ServeHTTP(w, r)
 	return nil
-}
-
-// portProxy is a reverse proxy to an exposed port's URL: "unix://<socket>"
-// or the provider's http(s) URL.
-func portProxy(target, prefix string) (*httputil.ReverseProxy, error) {
-	u, err := url.Parse(target)
-	if err != nil {
-		return nil, err
-	}
-	tr := &http.Transport{ResponseHeaderTimeout: 5 * time.Minute, IdleConnTimeout: 30 * time.Second}
-	base := &url.URL{Scheme: u.Scheme, Host: u.Host, Path: strings.TrimRight(u.Path, "/")}
-	if u.Scheme == "unix" {
-		sock := u.Path
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) { return dialSocket(ctx, sock) }
-		base = &url.URL{Scheme: "http", Host: "sandbox"}
-	} else if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("port URL scheme %q", u.Scheme)
-	}
-	return &httputil.ReverseProxy{
-		Transport: tr,
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
-			pr.Out.URL.Scheme, pr.Out.URL.Host = base.Scheme, base.Host
-			pr.Out.URL.Path = base.Path + rest
-			pr.Out.URL.RawPath = ""
-			q := pr.In.URL.Query()
-			if q.Has("token") {
-				q.Del("token")
-				pr.Out.URL.RawQuery = q.Encode()
-			}
-			pr.Out.Host = pr.In.Host
-			pr.Out.Header.Del("Authorization")
-			pr.Out.Header.Del("Cookie")
-			pr.SetXForwarded()
-			pr.Out.Header.Set("X-Forwarded-Prefix", prefix)
-		},
-	}, nil
-}
-
-// dialSocket connects to a unix socket whose path may be longer than the
-// 108 bytes a socket address holds, through the folder's descriptor.
-func dialSocket(ctx context.Context, path string) (net.Conn, error) {
-	var d net.Dialer
-	if len(path) < 100 {
-		return d.DialContext(ctx, "unix", path)
-	}
-	fd, err := syscall.Open(filepath.Dir(path), syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer syscall.Close(fd)
-	return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d/%s", fd, filepath.Base(path)))
 }
