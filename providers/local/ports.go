@@ -3,7 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // Exposed ports. A sandbox's network namespace has nothing but its own
@@ -132,28 +132,9 @@ func (p *Provider) forwardPort(s settings, id string, port int, ln net.Listener,
 				case <-finished:
 				}
 			}()
-			pipeBoth(c, in)
+			egress.Relay(c, in)
 		}()
 	}
-}
-
-// pipeBoth copies both ways until both directions end, passing each side's
-// end of writing on as a half close.
-func pipeBoth(a, b net.Conn) {
-	var wg sync.WaitGroup
-	cp := func(dst, src net.Conn) {
-		defer wg.Done()
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		} else {
-			dst.Close()
-		}
-	}
-	wg.Add(2)
-	go cp(a, b)
-	go cp(b, a)
-	wg.Wait()
 }
 
 // stopPorts stops serving a sandbox's exposed ports.

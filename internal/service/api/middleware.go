@@ -112,6 +112,21 @@ func answer(h handlerFunc) http.Handler {
 // fail answers with err: an *Error as it is, anything else as a 500 whose
 // cause only the log sees.
 func fail(w http.ResponseWriter, c *call, err error) {
+	e := answerOf(c, err)
+	if c.rec.wroteHeader {
+		// A stream already under way cannot turn into an error response;
+		// the log has it.
+		if c.cause == nil {
+			c.cause = err
+		}
+		return
+	}
+	writeError(w, e)
+}
+
+// answerOf is the answer to err: an *Error as it is, a limit as its 429,
+// anything else a 500 whose cause only the log sees.
+func answerOf(c *call, err error) *Error {
 	var e *Error
 	var le *store.LimitError
 	switch {
@@ -122,15 +137,7 @@ func fail(w http.ResponseWriter, c *call, err error) {
 		c.cause = err
 		e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
 	}
-	if c.rec.wroteHeader {
-		// A stream already under way cannot turn into an error response;
-		// the log has it.
-		if c.cause == nil {
-			c.cause = err
-		}
-		return
-	}
-	writeError(w, e)
+	return e
 }
 
 // logRequests writes one line per request: method, path, route, status,

@@ -54,18 +54,7 @@ func (s *server) sandy(h handlerFunc) handlerFunc {
 		if err == nil {
 			return nil
 		}
-		var e *Error
-		var le *store.LimitError
-		switch {
-		case errors.As(err, &e):
-		case errors.As(err, &le):
-			e = limitError(le)
-		default:
-			if e, _ = directError(c, err).(*Error); e == nil {
-				c.cause = err
-				e = &Error{Status: http.StatusInternalServerError, Message: "internal error"}
-			}
-		}
+		e := answerOf(c, directError(c, err))
 		if e.RetryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 		}
