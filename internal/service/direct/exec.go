@@ -189,43 +189,80 @@ func (s *Service) Exec(ctx context.Context, caller Caller, id string, req ExecRe
 mv "$d/status" "$d/exit"
 `, shellQuote(cwd), secs)
 	ctx = context.WithoutCancel(ctx)
-	write := func(name string, b []byte) error {
-		return s.o.Provider.WriteFile(ctx, d.ProviderID, providers.WriteFileRequest{Path: dir + "/" + name, Content: bytes.NewReader(b)})
-	}
 	started := s.o.Now()
 	meta, _ := json.Marshal(execMeta{ID: eid, StartedAt: started, TimeoutMS: req.Timeout.Milliseconds(), Background: req.Background, MaxBytes: max})
-	for _, f := range []struct {
-		name string
-		b    []byte
-	}{{"cmd", []byte(cmd + "\n")}, {"in", req.Stdin}, {"run.sh", []byte(run.String())}, {"meta.json", meta}} {
-		if err := write(f.name, f.b); err != nil {
-			return ExecResult{}, s.sandboxErr(d, err)
-		}
+	// One exec does it all: it writes the exec's files from its stdin,
+	// starts the command detached (the provider keeps background
+	// descendants running once the exec's own process ended), waits for
+	// its exit up to sync_wait unless in the background, and prints the
+	// state with the output when it fits inline.
+	files := [][]byte{[]byte(cmd + "\n"), req.Stdin, []byte(run.String()), meta}
+	var stdin bytes.Buffer
+	sizes := make([]any, 0, 5)
+	sizes = append(sizes, shellQuote(dir))
+	for _, f := range files {
+		stdin.Write(f)
+		sizes = append(sizes, len(f))
 	}
-	// Detached from this exec (the provider keeps background descendants
-	// running once the exec's own process ended); then, unless in the
-	// background, wait here for the exit file up to sync_wait.
 	wait := s.o.Config.SyncWait.D()
 	if req.Background {
 		wait = 0
 	}
-	script := fmt.Sprintf(`nohup sh %[1]s/run.sh > /dev/null 2>&1 &
-i=0; while [ ! -f %[1]s/exit ] && [ $i -lt %[2]d ]; do sleep 0.05; i=$((i+1)); done; true`, shellQuote(dir), int(wait/(50*time.Millisecond)))
-	if _, err := s.o.Provider.Exec(ctx, d.ProviderID, providers.ExecRequest{Shell: script, Timeout: wait + 30*time.Second}); err != nil {
-		return ExecResult{}, s.sandboxErr(d, err)
-	}
-	res, err := s.status(ctx, d, eid, execMeta{ID: eid, StartedAt: started, TimeoutMS: req.Timeout.Milliseconds(), MaxBytes: max})
+	script := fmt.Sprintf(`d=%s
+mkdir -p "$d" && head -c %d > "$d/cmd" && head -c %d > "$d/in" && head -c %d > "$d/run.sh" && head -c %d > "$d/meta.json" || exit 90
+nohup sh "$d/run.sh" > /dev/null 2>&1 &
+`, sizes...) + fmt.Sprintf(`end=$(( $(date +%%s) + %d )); p=0.002
+while [ ! -f "$d/exit" ] && [ "$(date +%%s)" -lt "$end" ]; do sleep $p; case $p in 0.002) p=0.01;; 0.01) p=0.05;; esac; done
+`, int(wait/time.Second)) + statusScript(s.o.Config.InlineOutputBytes)
+	res, err := s.runStatus(ctx, d, eid, providers.ExecRequest{Shell: script, Stdin: &stdin, Timeout: wait + 30*time.Second})
 	if err != nil {
 		return ExecResult{}, err
 	}
-	if res.Done && res.StdoutLen <= int64(s.o.Config.InlineOutputBytes) && res.StderrLen <= int64(s.o.Config.InlineOutputBytes) {
-		if res.Stdout, err = s.readAll(ctx, d, dir+"/out"); err == nil {
-			res.Stderr, err = s.readAll(ctx, d, dir+"/err")
-		}
-		if err != nil {
-			return ExecResult{}, s.sandboxErr(d, err)
-		}
-		res.Inline = true
+	return res, nil
+}
+
+// statusScript prints an exec's state (in the folder $d): the exit status
+// or "-", the sizes of stdout and stderr, the meta line; then, once it
+// ended with both streams at most inline bytes, stdout and stderr.
+func statusScript(inline int) string {
+	return fmt.Sprintf(`[ -f "$d/meta.json" ] || { echo missing; exit 0; }
+if [ -f "$d/exit" ]; then x=$(cat "$d/exit"); else x=-; fi
+o=$(wc -c < "$d/out" 2>/dev/null || echo 0); e=$(wc -c < "$d/err" 2>/dev/null || echo 0)
+echo "$x"; echo "$o"; echo "$e"; cat "$d/meta.json"; echo
+if [ "$x" != - ] && [ "$o" -le %d ] && [ "$e" -le %d ]; then cat "$d/out" "$d/err" 2>/dev/null; fi
+`, inline, inline)
+}
+
+// runStatus runs a script ending in statusScript and reads its answer.
+func (s *Service) runStatus(ctx context.Context, d store.DirectSandbox, eid string, req providers.ExecRequest) (ExecResult, error) {
+	var out bytes.Buffer
+	req.Stdout = &out
+	r, err := s.o.Provider.Exec(ctx, d.ProviderID, req)
+	if err != nil {
+		return ExecResult{}, s.sandboxErr(d, err)
+	}
+	if r.ExitCode == 90 {
+		return ExecResult{}, fmt.Errorf("writing the exec's files in sandbox %s failed (is its /tmp full?)", d.ID)
+	}
+	lines := strings.SplitN(out.String(), "\n", 5)
+	if len(lines) < 5 || lines[0] == "missing" {
+		return ExecResult{}, &Error{Kind: KindNotFound, Message: fmt.Sprintf("exec %q not found in sandbox %s", eid, d.ID)}
+	}
+	var meta execMeta
+	_ = json.Unmarshal([]byte(lines[3]), &meta)
+	res := ExecResult{ID: eid, StartedAt: meta.StartedAt, Timeout: time.Duration(meta.TimeoutMS) * time.Millisecond}
+	res.StdoutLen, _ = strconv.ParseInt(strings.TrimSpace(lines[1]), 10, 64)
+	res.StderrLen, _ = strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64)
+	if meta.MaxBytes > 0 && (res.StdoutLen >= meta.MaxBytes || res.StderrLen >= meta.MaxBytes) {
+		res.Truncated = true
+	}
+	if code := strings.TrimSpace(lines[0]); code != "-" {
+		res.Done = true
+		res.ExitCode, _ = strconv.Atoi(code)
+		res.TimedOut = res.ExitCode == timedOutStatus
+	}
+	if rest := []byte(lines[4]); res.Done && int64(len(rest)) == res.StdoutLen+res.StderrLen {
+		res.Stdout, res.Stderr, res.Inline = rest[:res.StdoutLen], rest[res.StdoutLen:], true
 	}
 	return res, nil
 }
@@ -249,38 +286,11 @@ func (s *Service) readAll(ctx context.Context, d store.DirectSandbox, path strin
 	return b.Bytes(), err
 }
 
-// status reads an exec's state from its files in the sandbox: one exec
-// call that prints the exit status (or "-") and both output sizes.
-func (s *Service) status(ctx context.Context, d store.DirectSandbox, eid string, meta execMeta) (ExecResult, error) {
-	dir := execDir + "/" + eid
-	var out bytes.Buffer
-	script := fmt.Sprintf(`d=%s; [ -f "$d/meta.json" ] || { echo missing; exit 0; }
-if [ -f "$d/exit" ]; then cat "$d/exit"; else echo -; fi
-wc -c < "$d/out" 2>/dev/null || echo 0
-wc -c < "$d/err" 2>/dev/null || echo 0
-cat "$d/meta.json"`, shellQuote(dir))
-	if _, err := s.o.Provider.Exec(ctx, d.ProviderID, providers.ExecRequest{Shell: script, Stdout: &out, Timeout: 30 * time.Second}); err != nil {
-		return ExecResult{}, s.sandboxErr(d, err)
-	}
-	lines := strings.SplitN(out.String(), "\n", 4)
-	if len(lines) < 4 || lines[0] == "missing" {
-		return ExecResult{}, &Error{Kind: KindNotFound, Message: fmt.Sprintf("exec %q not found in sandbox %s", eid, d.ID)}
-	}
-	if meta.StartedAt.IsZero() {
-		_ = json.Unmarshal([]byte(lines[3]), &meta)
-	}
-	res := ExecResult{ID: eid, StartedAt: meta.StartedAt, Timeout: time.Duration(meta.TimeoutMS) * time.Millisecond}
-	res.StdoutLen, _ = strconv.ParseInt(strings.TrimSpace(lines[1]), 10, 64)
-	res.StderrLen, _ = strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64)
-	if meta.MaxBytes > 0 && (res.StdoutLen >= meta.MaxBytes || res.StderrLen >= meta.MaxBytes) {
-		res.Truncated = true
-	}
-	if code := strings.TrimSpace(lines[0]); code != "-" {
-		res.Done = true
-		res.ExitCode, _ = strconv.Atoi(code)
-		res.TimedOut = res.ExitCode == timedOutStatus
-	}
-	return res, nil
+// status reads an exec's state from its files in the sandbox, in one
+// exec (no output).
+func (s *Service) status(ctx context.Context, d store.DirectSandbox, eid string) (ExecResult, error) {
+	script := "d=" + shellQuote(execDir+"/"+eid) + "\n" + statusScript(-1)
+	return s.runStatus(ctx, d, eid, providers.ExecRequest{Shell: script, Timeout: 30 * time.Second})
 }
 
 // Status returns an exec's state (no output).
@@ -293,7 +303,7 @@ func (s *Service) Status(ctx context.Context, caller Caller, id, eid string) (Ex
 		return ExecResult{}, &Error{Kind: KindNotFound, Message: fmt.Sprintf("exec %q not found", eid)}
 	}
 	s.touch(ctx, d, time.Time{})
-	return s.status(ctx, d, eid, execMeta{})
+	return s.status(ctx, d, eid)
 }
 
 // Chunk is a piece of an exec's output.
@@ -339,7 +349,7 @@ func (s *Service) Output(ctx context.Context, caller Caller, id, eid, stream str
 	for {
 		// The status first: output read after it was seen done is
 		// complete, since exit is written after both streams.
-		st, err := s.status(ctx, d, eid, execMeta{})
+		st, err := s.status(ctx, d, eid)
 		if err != nil {
 			return Chunk{}, err
 		}
