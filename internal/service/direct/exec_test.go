@@ -222,6 +222,37 @@ func TestExecInlineAndErrors(t *testing.T) {
 	if r := e.do("GET", "/v1/sandboxes", tokenGlobex, nil); r.status != 200 || strings.Contains(string(r.body), sb.ID) {
 		t.Errorf("globex lists acme's sandbox: %s", r.body)
 	}
+	// A name makes create idempotent within the tenant; another tenant's
+	// name is another sandbox.
+	first := e.do("POST", "/v1/sandboxes", tokenAcme, `{"name":"builder","ttl_seconds":600}`)
+	again := e.do("POST", "/v1/sandboxes", tokenAcme, `{"name":"builder","ttl_seconds":600}`)
+	other := e.do("POST", "/v1/sandboxes", tokenGlobex, `{"name":"builder","ttl_seconds":600}`)
+	if first.status != 201 || again.status != 200 || other.status != 201 || first.json(t)["id"] != again.json(t)["id"] || other.json(t)["id"] == first.json(t)["id"] {
+		t.Errorf("named creates: %d %s / %d %s / %d %s", first.status, first.body, again.status, again.body, other.status, other.body)
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"ttl_seconds":0.5}`, "ttl_seconds"},
+		{`{"ttl_seconds":999999999}`, "ttl_seconds"},
+		{`{"expose_ports":[70000]}`, "expose_ports"},
+		{`{"network":"some"}`, "network"},
+		{`{"network":"allowlist"}`, "allow_hosts"},
+		{`{"labels":{"sandstep.owner":"x"}}`, "labels"},
+		{`{"name":"../x"}`, "name"},
+		{`{"memory_mb":1}`, "memory_mb"},
+	} {
+		if r := e.do("POST", "/v1/sandboxes", tokenAcme, c.body); r.status != 400 || !strings.Contains(string(r.body), `"field":"`+c.field+`"`) {
+			t.Errorf("create %s: %d %s", c.body, r.status, r.body)
+		}
+	}
+	for _, id := range []any{first.json(t)["id"], other.json(t)["id"]} {
+		tok := tokenAcme
+		if id == other.json(t)["id"] {
+			tok = tokenGlobex
+		}
+		if r := e.do("DELETE", "/v1/sandboxes/"+id.(string), tok, nil); r.status != 200 {
+			t.Errorf("delete %v: %d %s", id, r.status, r.body)
+		}
+	}
 	if r := e.do("DELETE", "/v1/sandboxes/"+sb.ID, tokenAcme, nil); r.status != 200 || r.json(t)["status"] != "terminated" {
 		t.Errorf("delete: %d %s", r.status, r.body)
 	}
