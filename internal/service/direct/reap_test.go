@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/client"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers"
 )
 
 // TestArtifactsServedWithTheirType: files the sandbox writes to its
@@ -201,4 +203,67 @@ func hasEvent(t *testing.T, e *env, id, typ string) bool {
 		}
 	}
 	return false
+}
+
+// TestOrphanedChildrenAreReaped: a child whose parent's sandbox ended
+// behind the cascade's back (only the parent's ledger entry closed, as a
+// crash mid-cascade leaves it) is terminated by the next cleanup pass, and
+// its record closes, its token dead.
+func TestOrphanedChildrenAreReaped(t *testing.T) {
+	e := newEnv(t, "")
+	ctx := ctxFor(t)
+	acme := e.client(tokenAcme)
+	parent, err := acme.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 3600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tok bytes.Buffer
+	if _, err := acme.Run(ctx, parent.ID, client.ExecRequest{Command: "printf %s \"$SANDSTEP_TOKEN\""}, &tok, nil); err != nil {
+		t.Fatal(err)
+	}
+	agent := e.client(tok.String())
+	child, err := agent.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandchild, err := e.client(childToken(t, e, child.ID)).CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The parent alone goes, through the owner package, as a release that
+	// died before it reached the children would leave it.
+	p := record(t, e, parent.ID)
+	if err := e.stack.App.Phases.Sandboxes.Release(ctx, sandboxes.TenantOwner("acme"), sandboxes.Ref{Name: p.Ledger}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.liveSandboxes(); n != 2 {
+		t.Fatalf("%d live sandboxes, want the 2 orphans", n)
+	}
+	for range 2 { // one pass per generation: a grandchild's parent is gone once its parent was reaped
+		if _, err := e.stack.Reaper.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.liveSandboxes(); n != 0 {
+		t.Errorf("%d sandboxes live after the cleanup", n)
+	}
+	for _, id := range []string{parent.ID, child.ID, grandchild.ID} {
+		if r := record(t, e, id); r.State != "terminated" {
+			t.Errorf("record of %s: %s", id, r.State)
+		}
+	}
+	if _, err := agent.CreateSandbox(ctx, client.CreateRequest{}); err == nil {
+		t.Errorf("the ended parent's token still creates sandboxes")
+	}
+}
+
+// childToken reads a sandbox's SANDSTEP_TOKEN from inside it.
+func childToken(t *testing.T, e *env, id string) string {
+	t.Helper()
+	d := record(t, e, id)
+	var out bytes.Buffer
+	if _, err := e.stack.Provider.Exec(ctxFor(t), d.ProviderID, providers.ExecRequest{Shell: "printf %s \"$SANDSTEP_TOKEN\"", Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }

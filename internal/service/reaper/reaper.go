@@ -49,8 +49,7 @@ type Reaper struct {
 	// the create is taken to have died with its caller. Default 10m.
 	CreateGrace time.Duration
 	// Direct, when set, has direct sandboxes (the /v1/sandboxes API)
-	// warned of, expired and reaped when idle, before the ledger pass
-	// reaps their children.
+	// warned of, expired (with their children) and reaped when idle.
 	Direct DirectReaper
 	// Docs, when set, has the LLM tools' documentation indexed when it is
 	// due ([tools] reindex_interval), in passes after startup.
@@ -192,14 +191,6 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 			step("idle sandboxes", &c.SandboxesIdle, func() (int, error) { return sv.CloseIdleSandboxes(ctx, now) })
 		}
 	}
-	if r.Direct != nil {
-		got, err := r.Direct.Reap(ctx, now)
-		c.Direct = got
-		if err != nil {
-			c.Errors++
-			errs = append(errs, fmt.Errorf("direct sandboxes: %w", err))
-		}
-	}
 	var running map[string]bool
 	if since != nil && r.Executions != nil {
 		ids, err := r.Executions.Running(ctx)
@@ -216,6 +207,16 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	if err := r.sandboxes(ctx, now, running, &c); err != nil {
 		c.Errors++
 		errs = append(errs, err)
+	}
+	// After the ledger's pass, so that the records of children it reaped
+	// (their parent gone) close in the same pass.
+	if r.Direct != nil {
+		got, err := r.Direct.Reap(ctx, now)
+		c.Direct = got
+		if err != nil {
+			c.Errors++
+			errs = append(errs, fmt.Errorf("direct sandboxes: %w", err))
+		}
 	}
 	if r.Docs != nil && since == nil {
 		step("docs index", &c.DocChunksWritten, func() (int, error) {
