@@ -44,10 +44,16 @@ func (s *Service) Reap(ctx context.Context, now time.Time) (ReapCounts, error) {
 				errs = append(errs, err)
 				continue
 			}
-			if closed, err := s.o.Store.DirectClose(ctx, d.ID, "gone", store.DirectEvent{Type: "sandbox.terminated", At: now, Message: "the sandbox is gone (its parent ended, or the provider ended it)"}); err != nil {
+			// Past its end, the ledger's pass reaped it at its deadline:
+			// still an expiry to its clients.
+			ev, n := store.DirectEvent{Type: "sandbox.terminated", At: now, Message: "the sandbox is gone (its parent ended, or the provider ended it)"}, &c.Closed
+			if !now.Before(d.EndsAt) {
+				ev, n = store.DirectEvent{Type: "sandbox.expired", At: now, Message: "its lifetime ended"}, &c.Expired
+			}
+			if closed, err := s.o.Store.DirectClose(ctx, d.ID, ev.Message, ev); err != nil {
 				errs = append(errs, err)
 			} else if closed {
-				c.Closed++
+				*n++
 			}
 			continue
 		}
