@@ -144,8 +144,6 @@ type Sandbox struct {
 	store.DirectSandbox
 	// Created is false when a named create found the sandbox already there.
 	Created bool
-	// Token is the sandbox's SANDSTEP_TOKEN, known only to its create.
-	Token string
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -324,7 +322,7 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 		return Sandbox{}, &Error{Kind: KindConflict, Message: "the sandbox was terminated while it was created (its parent ended?)", Err: err}
 	}
 	s.log.Info("direct sandbox created", "sandbox", rec.ID, "tenant", caller.Tenant, "parent", rec.ParentID, "sandbox_id", lease.Sandbox.ID)
-	return Sandbox{DirectSandbox: got, Created: true, Token: token}, nil
+	return Sandbox{DirectSandbox: got, Created: true}, nil
 }
 
 // get reads a sandbox the caller may see: its tenant's, and with a sandbox
@@ -422,12 +420,7 @@ func (s *Service) TerminateSandbox(ctx context.Context, caller Caller, id string
 func (s *Service) terminate(ctx context.Context, d store.DirectSandbox, reason string) (int, error) {
 	owner := sandboxes.TenantOwner(d.Tenant)
 	if d.ParentID != "" {
-		p, err := s.o.Store.DirectGet(ctx, d.ParentID)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, err
-		}
 		owner = sandboxes.SandboxOwner(ledgerName(d.ParentID), d.Tenant)
-		_ = p
 	}
 	names, err := s.o.Sandboxes.ReleaseTree(ctx, owner, d.Ledger, reason)
 	n := 0
