@@ -35,15 +35,16 @@ type Config struct {
 	// config file's own folder, so a config works from any working directory.
 	Dir string
 
-	Server   ServerConfig   `toml:"server"`
-	Provider ProviderConfig `toml:"provider"`
-	Sandbox  SandboxConfig  `toml:"sandbox"`
-	Auth     AuthConfig     `toml:"auth"`
-	Sessions SessionsConfig `toml:"sessions"`
-	Research ResearchConfig `toml:"research"`
-	Tools    ToolsConfig    `toml:"tools"`
-	Quotas   QuotasConfig   `toml:"quotas"`
-	Pricing  PricingConfig  `toml:"pricing"`
+	Server    ServerConfig    `toml:"server"`
+	Provider  ProviderConfig  `toml:"provider"`
+	Sandbox   SandboxConfig   `toml:"sandbox"`
+	Auth      AuthConfig      `toml:"auth"`
+	Sessions  SessionsConfig  `toml:"sessions"`
+	Sandboxes SandboxesConfig `toml:"sandboxes"`
+	Research  ResearchConfig  `toml:"research"`
+	Tools     ToolsConfig     `toml:"tools"`
+	Quotas    QuotasConfig    `toml:"quotas"`
+	Pricing   PricingConfig   `toml:"pricing"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -69,7 +70,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools, &c.Quotas, &c.Pricing}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Sandboxes, &c.Tools, &c.Quotas, &c.Pricing}
 }
 
 // Load reads and validates the config file at path; an empty path means

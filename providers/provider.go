@@ -259,6 +259,9 @@ type CreateSpec struct {
 	Preemptible bool
 	Flavor      string
 	Region      string
+	// ExposePorts are ports inside the sandbox to make reachable from
+	// outside it (Sandbox.PortURLs); ignored without PublicURL capability.
+	ExposePorts []int
 }
 
 // Mount attaches a volume at Path inside the sandbox.
@@ -309,6 +312,11 @@ type Sandbox struct {
 	// Network is what the sandbox sent and received so far, where the
 	// provider counts it (read it before Terminate).
 	Network NetworkUsage
+	// PortURLs says where each exposed port is reached: an http(s) URL the
+	// provider serves publicly, or "unix://<path>" of a socket on the
+	// provider's host that forwards into the sandbox's network, for the
+	// host's API to proxy behind its own access token.
+	PortURLs map[int]string
 }
 
 // NetworkUsage is the traffic of one sandbox through its way out.

@@ -54,6 +54,11 @@ func commands() map[string]command {
 		"sessions": {"[list | show SID | open SID | delete SID] [flags]", "list your run-code sessions; show, open or delete one",
 			"list (the default) lists your sessions, newest first; show prints one session's record; open opens it\n" +
 				"(in warm mode its sandbox starts); delete closes its sandbox and deletes its volume, with its files, now.", runSessions},
+		"sandbox": {sandboxSynopsis, "create, use and terminate direct sandboxes on a server; exec streams live",
+			"create prints the new sandbox's id (and on stderr the public URLs of --port); exec runs a command and\n" +
+				"streams its stdout and stderr as they come, resuming after a broken connection, and exits with its exit\n" +
+				"status; logs prints an exec's output from --offset; cp copies a file to or from ID:/path (- is stdin or\n" +
+				"stdout); url prints the public URLs of exposed ports; terminate ends a sandbox and its children.", runSandbox},
 		"reap": {"[flags]", "run one cleanup pass over the local state: expired session volumes, idle sandboxes, leaked sandboxes",
 			"Runs the pass `sandstep serve` runs every [sessions] reaper_interval: deletes session volumes idle past their\n" +
 				"TTL, closes idle session sandboxes, terminates sandboxes nothing needs or the ledger does not know.\n" +
@@ -107,6 +112,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	}
+	var es *exitStatus
+	if errors.As(err, &es) {
+		// The command in the sandbox said it all on stderr.
+		return min(max(es.code, 1), 255)
 	}
 	fmt.Fprintf(stderr, "sandstep %s: %v\n", args[0], err)
 	return 1

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
@@ -69,6 +70,8 @@ func newFunction(ctx context.Context) (*function, error) {
 		docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
 	h := api.New(api.Options{
+		Sandboxes: direct.New(direct.Options{Config: a.Config.Sandboxes, Defaults: a.Config.Sandbox, Store: a.Store,
+			Sandboxes: a.Sandboxes(prov), Provider: prov, Logger: a.Logger}),
 		Store:      a.Store,
 		Executor:   engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
 		Provider:   prov,

@@ -816,10 +816,14 @@ type CreateSpec struct {
 	Resources   *Resources           `protobuf:"bytes,10,opt,name=resources,proto3" json:"resources,omitempty"`
 	// Scheduling hints for hosted backends; a provider ignores those it has no
 	// use for.
-	Priority      int64  `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
-	Preemptible   bool   `protobuf:"varint,12,opt,name=preemptible,proto3" json:"preemptible,omitempty"`
-	Flavor        string `protobuf:"bytes,13,opt,name=flavor,proto3" json:"flavor,omitempty"`
-	Region        string `protobuf:"bytes,14,opt,name=region,proto3" json:"region,omitempty"`
+	Priority    int64  `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
+	Preemptible bool   `protobuf:"varint,12,opt,name=preemptible,proto3" json:"preemptible,omitempty"`
+	Flavor      string `protobuf:"bytes,13,opt,name=flavor,proto3" json:"flavor,omitempty"`
+	Region      string `protobuf:"bytes,14,opt,name=region,proto3" json:"region,omitempty"`
+	// Ports inside the sandbox to make reachable from outside it; the
+	// provider answers with Sandbox.port_urls. A provider without
+	// public_url capability ignores them.
+	ExposePorts   []int32 `protobuf:"varint,15,rep,packed,name=expose_ports,json=exposePorts,proto3" json:"expose_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -950,6 +954,13 @@ func (x *CreateSpec) GetRegion() string {
 		return x.Region
 	}
 	return ""
+}
+
+func (x *CreateSpec) GetExposePorts() []int32 {
+	if x != nil {
+		return x.ExposePorts
+	}
+	return nil
 }
 
 // Mount attaches a volume inside the sandbox.
@@ -1220,7 +1231,12 @@ type Sandbox struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// What the sandbox sent and received so far, where the provider counts
 	// it; Get fills it, List may leave it unset. Read it before Terminate.
-	Network       *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// Where each exposed port (CreateSpec.expose_ports) is reached: an
+	// http(s) URL the provider serves publicly, or "unix://<path>" of a
+	// socket on the provider's host that forwards into the sandbox's network
+	// (the host's API proxies it behind its own access token).
+	PortUrls      map[int32]string `protobuf:"bytes,11,rep,name=port_urls,json=portUrls,proto3" json:"port_urls,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1321,6 +1337,13 @@ func (x *Sandbox) GetExpiresAt() *timestamppb.Timestamp {
 func (x *Sandbox) GetNetwork() *NetworkUsage {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *Sandbox) GetPortUrls() map[int32]string {
+	if x != nil {
+		return x.PortUrls
 	}
 	return nil
 }
@@ -3703,7 +3726,7 @@ const file_provider_proto_rawDesc = "" +
 	"\rCreateRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .sandstep.provider.v1.CreateSpecR\x04spec\"I\n" +
 	"\x0eCreateResponse\x127\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1d.sandstep.provider.v1.SandboxR\asandbox\"\x80\x06\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1d.sandstep.provider.v1.SandboxR\asandbox\"\xa3\x06\n" +
 	"\n" +
 	"CreateSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12D\n" +
@@ -3720,7 +3743,8 @@ const file_provider_proto_rawDesc = "" +
 	"\bpriority\x18\v \x01(\x03R\bpriority\x12 \n" +
 	"\vpreemptible\x18\f \x01(\bR\vpreemptible\x12\x16\n" +
 	"\x06flavor\x18\r \x01(\tR\x06flavor\x12\x16\n" +
-	"\x06region\x18\x0e \x01(\tR\x06region\x1a9\n" +
+	"\x06region\x18\x0e \x01(\tR\x06region\x12!\n" +
+	"\fexpose_ports\x18\x0f \x03(\x05R\vexposePorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -3742,7 +3766,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tResources\x12\x1b\n" +
 	"\tmemory_mb\x18\x01 \x01(\x03R\bmemoryMb\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x17\n" +
-	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xe5\x03\n" +
+	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xec\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -3757,9 +3781,13 @@ const file_provider_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12<\n" +
 	"\anetwork\x18\n" +
-	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x1a9\n" +
+	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x12H\n" +
+	"\tport_urls\x18\v \x03(\v2+.sandstep.provider.v1.Sandbox.PortUrlsEntryR\bportUrls\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rPortUrlsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +
 	"\fNetworkUsage\x12\x1b\n" +
 	"\tbytes_out\x18\x01 \x01(\x03R\bbytesOut\x12\x19\n" +
@@ -3977,7 +4005,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_provider_proto_goTypes = []any{
 	(ErrorCode)(0),                 // 0: sandstep.provider.v1.ErrorCode
 	(*ConfigureRequest)(nil),       // 1: sandstep.provider.v1.ConfigureRequest
@@ -4040,27 +4068,28 @@ var file_provider_proto_goTypes = []any{
 	nil,                            // 58: sandstep.provider.v1.CreateSpec.LabelsEntry
 	nil,                            // 59: sandstep.provider.v1.CreateSpec.EnvEntry
 	nil,                            // 60: sandstep.provider.v1.Sandbox.LabelsEntry
-	nil,                            // 61: sandstep.provider.v1.ListRequest.LabelsEntry
-	nil,                            // 62: sandstep.provider.v1.ExecStart.EnvEntry
-	nil,                            // 63: sandstep.provider.v1.SnapshotSpec.EnvEntry
-	nil,                            // 64: sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	nil,                            // 65: sandstep.provider.v1.Snapshot.LabelsEntry
-	nil,                            // 66: sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
-	nil,                            // 67: sandstep.provider.v1.VolumeSpec.LabelsEntry
-	nil,                            // 68: sandstep.provider.v1.Volume.LabelsEntry
-	nil,                            // 69: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 70: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 71: google.protobuf.Timestamp
+	nil,                            // 61: sandstep.provider.v1.Sandbox.PortUrlsEntry
+	nil,                            // 62: sandstep.provider.v1.ListRequest.LabelsEntry
+	nil,                            // 63: sandstep.provider.v1.ExecStart.EnvEntry
+	nil,                            // 64: sandstep.provider.v1.SnapshotSpec.EnvEntry
+	nil,                            // 65: sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	nil,                            // 66: sandstep.provider.v1.Snapshot.LabelsEntry
+	nil,                            // 67: sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
+	nil,                            // 68: sandstep.provider.v1.VolumeSpec.LabelsEntry
+	nil,                            // 69: sandstep.provider.v1.Volume.LabelsEntry
+	nil,                            // 70: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 71: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 72: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
 	57, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
 	3,  // 1: sandstep.provider.v1.ConfigureRequest.defaults:type_name -> sandstep.provider.v1.SandboxDefaults
-	70, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
-	70, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
-	70, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
+	71, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
+	71, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
+	71, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
 	13, // 5: sandstep.provider.v1.SandboxDefaults.network:type_name -> sandstep.provider.v1.NetworkPolicy
 	6,  // 6: sandstep.provider.v1.InfoResponse.capabilities:type_name -> sandstep.provider.v1.Capabilities
-	70, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
+	71, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
 	7,  // 8: sandstep.provider.v1.Capabilities.limits:type_name -> sandstep.provider.v1.Limits
 	10, // 9: sandstep.provider.v1.CreateRequest.spec:type_name -> sandstep.provider.v1.CreateSpec
 	15, // 10: sandstep.provider.v1.CreateResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
@@ -4069,86 +4098,87 @@ var file_provider_proto_depIdxs = []int32{
 	59, // 13: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
 	12, // 14: sandstep.provider.v1.CreateSpec.secrets:type_name -> sandstep.provider.v1.Secret
 	13, // 15: sandstep.provider.v1.CreateSpec.network:type_name -> sandstep.provider.v1.NetworkPolicy
-	70, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
-	70, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
+	71, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
+	71, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
 	14, // 18: sandstep.provider.v1.CreateSpec.resources:type_name -> sandstep.provider.v1.Resources
 	60, // 19: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
 	11, // 20: sandstep.provider.v1.Sandbox.mounts:type_name -> sandstep.provider.v1.Mount
-	71, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	71, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	72, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	72, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	16, // 23: sandstep.provider.v1.Sandbox.network:type_name -> sandstep.provider.v1.NetworkUsage
-	15, // 24: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	61, // 25: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
-	15, // 26: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
-	24, // 27: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
-	25, // 28: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
-	62, // 29: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
-	70, // 30: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	27, // 31: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
-	70, // 32: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	29, // 33: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
-	35, // 34: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
-	71, // 35: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	38, // 36: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
-	39, // 37: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	63, // 38: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
-	64, // 39: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	70, // 40: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
-	65, // 41: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
-	71, // 42: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	39, // 43: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	66, // 44: sandstep.provider.v1.ListSnapshotsRequest.labels:type_name -> sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
-	39, // 45: sandstep.provider.v1.ListSnapshotsResponse.snapshots:type_name -> sandstep.provider.v1.Snapshot
-	48, // 46: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
-	49, // 47: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	67, // 48: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
-	68, // 49: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
-	71, // 50: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	49, // 51: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	69, // 52: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	49, // 53: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
-	0,  // 54: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
-	1,  // 55: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
-	4,  // 56: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
-	8,  // 57: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
-	17, // 58: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
-	19, // 59: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
-	21, // 60: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
-	23, // 61: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
-	28, // 62: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
-	31, // 63: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
-	33, // 64: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
-	36, // 65: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
-	40, // 66: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
-	42, // 67: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
-	44, // 68: sandstep.provider.v1.Provider.ListSnapshots:input_type -> sandstep.provider.v1.ListSnapshotsRequest
-	46, // 69: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
-	50, // 70: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
-	52, // 71: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
-	54, // 72: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
-	2,  // 73: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
-	5,  // 74: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
-	9,  // 75: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
-	18, // 76: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
-	20, // 77: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
-	22, // 78: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
-	26, // 79: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
-	30, // 80: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
-	32, // 81: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
-	34, // 82: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
-	37, // 83: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
-	41, // 84: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
-	43, // 85: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
-	45, // 86: sandstep.provider.v1.Provider.ListSnapshots:output_type -> sandstep.provider.v1.ListSnapshotsResponse
-	47, // 87: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
-	51, // 88: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
-	53, // 89: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
-	55, // 90: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
-	73, // [73:91] is the sub-list for method output_type
-	55, // [55:73] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	61, // 24: sandstep.provider.v1.Sandbox.port_urls:type_name -> sandstep.provider.v1.Sandbox.PortUrlsEntry
+	15, // 25: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
+	62, // 26: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
+	15, // 27: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
+	24, // 28: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
+	25, // 29: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
+	63, // 30: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
+	71, // 31: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	27, // 32: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
+	71, // 33: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	29, // 34: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
+	35, // 35: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
+	72, // 36: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	38, // 37: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
+	39, // 38: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	64, // 39: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
+	65, // 40: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	71, // 41: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
+	66, // 42: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
+	72, // 43: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	39, // 44: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	67, // 45: sandstep.provider.v1.ListSnapshotsRequest.labels:type_name -> sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
+	39, // 46: sandstep.provider.v1.ListSnapshotsResponse.snapshots:type_name -> sandstep.provider.v1.Snapshot
+	48, // 47: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
+	49, // 48: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	68, // 49: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
+	69, // 50: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
+	72, // 51: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 52: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	70, // 53: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	49, // 54: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
+	0,  // 55: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
+	1,  // 56: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
+	4,  // 57: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
+	8,  // 58: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
+	17, // 59: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
+	19, // 60: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
+	21, // 61: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
+	23, // 62: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
+	28, // 63: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
+	31, // 64: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
+	33, // 65: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
+	36, // 66: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
+	40, // 67: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
+	42, // 68: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
+	44, // 69: sandstep.provider.v1.Provider.ListSnapshots:input_type -> sandstep.provider.v1.ListSnapshotsRequest
+	46, // 70: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
+	50, // 71: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
+	52, // 72: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
+	54, // 73: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
+	2,  // 74: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
+	5,  // 75: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
+	9,  // 76: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
+	18, // 77: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
+	20, // 78: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
+	22, // 79: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
+	26, // 80: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
+	30, // 81: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
+	32, // 82: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
+	34, // 83: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
+	37, // 84: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
+	41, // 85: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
+	43, // 86: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
+	45, // 87: sandstep.provider.v1.Provider.ListSnapshots:output_type -> sandstep.provider.v1.ListSnapshotsResponse
+	47, // 88: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
+	51, // 89: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
+	53, // 90: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
+	55, // 91: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
+	74, // [74:92] is the sub-list for method output_type
+	56, // [56:74] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -4176,7 +4206,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -56,6 +57,14 @@ type Options struct {
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
+	// Sandboxes serves /v1/sandboxes and the Sandy-compatible
+	// /api/sandboxes; nil makes those routes answer 404.
+	Sandboxes *direct.Service
+	// PortProxy forwards requests to a sandbox's exposed port (package
+	// portproxy); nil where the server cannot reach the provider's
+	// forwarders (the API Lambda): a port with a URL of the provider's own
+	// is then redirected to, others answer 501.
+	PortProxy func(target, prefix string, onError func(http.ResponseWriter, *http.Request, error)) (http.Handler, error)
 	// Docs runs search_docs and keeps code modules (the LLM tools, on
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service
@@ -131,6 +140,7 @@ func (s *server) register(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/providers", s.providers)
 	s.handle(mux, "GET /v1/usage", s.usage)
 	s.sessionRoutes(mux)
+	s.sandboxRoutes(mux)
 	s.toolRoutes(mux)
 	s.consoleRoutes(mux)
 }

@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -53,12 +54,20 @@ type Reaper struct {
 	// checks its holder (a slot is taken just before its job or ledger
 	// entry is written). Default 2m.
 	QuotaGrace time.Duration
+	// Direct, when set, has direct sandboxes (the /v1/sandboxes API)
+	// warned of, expired (with their children) and reaped when idle.
+	Direct DirectReaper
 	// Docs, when set, has the LLM tools' documentation indexed when it is
 	// due ([tools] reindex_interval), in passes after startup.
 	Docs DocsIndexer
 	// Now is the pass's clock (default time.Now); tests move it.
 	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+// DirectReaper is the pass over direct sandboxes (direct.Service).
+type DirectReaper interface {
+	Reap(ctx context.Context, now time.Time) (direct.ReapCounts, error)
 }
 
 // DocsIndexer indexes the dependencies' docs when due (docsearch.Service).
@@ -84,6 +93,8 @@ type Counts struct {
 	// SnapshotsDeleted: this deployment's dependency snapshots no
 	// configuration names nor live sandbox uses, past the grace period.
 	SnapshotsDeleted int `json:"snapshots_deleted"`
+	// Direct is what the pass over direct sandboxes did.
+	Direct direct.ReapCounts `json:"direct"`
 	// RunsInterrupted: run records failed by a startup pass.
 	RunsInterrupted int `json:"runs_interrupted"`
 	// JobsEnded: jobs a startup pass found with a sandbox but no running
@@ -221,6 +232,16 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		got, err := quota.Reconcile(ctx, r.Store, grace, now, r.Sandboxes.Closed)
 		return got.Jobs + got.Sandboxes, err
 	})
+	// After the ledger's pass, so that the records of children it reaped
+	// (their parent gone) close in the same pass.
+	if r.Direct != nil {
+		got, err := r.Direct.Reap(ctx, now)
+		c.Direct = got
+		if err != nil {
+			c.Errors++
+			errs = append(errs, fmt.Errorf("direct sandboxes: %w", err))
+		}
+	}
 	if r.Docs != nil && since == nil {
 		step("docs index", &c.DocChunksWritten, func() (int, error) {
 			rep, err := r.Docs.IndexIfDue(ctx)

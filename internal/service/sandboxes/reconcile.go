@@ -100,6 +100,12 @@ func (m *Manager) unneeded(ctx context.Context, o ReconcileOptions, e store.Ledg
 	if e.Deadline.Before(o.Now) {
 		return "deadline passed", nil
 	}
+	if gone, err := m.parentGone(ctx, e); err != nil || gone {
+		if gone {
+			return "parent gone", nil
+		}
+		return "", err
+	}
 	if o.Unneeded != nil {
 		reason, err := o.Unneeded(ctx, e)
 		if reason != "" || err != nil {
