@@ -38,6 +38,7 @@ DENO := node_modules/deno/deno
 sandbox-tools:
 	@mkdir -p $(BIN)/sandbox
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/sandbox/sandstep-crawler ./cmd/sandstep-crawler
+	@mkdir -p $(BIN)/sandbox/python && cp -f clients/python/sandstep.py $(BIN)/sandbox/python/sandstep.py
 	@if [ -x $(DENO) ]; then \
 	  ln -f $(DENO) $(BIN)/sandbox/deno 2>/dev/null || cp -f $(DENO) $(BIN)/sandbox/deno; \
 	else \

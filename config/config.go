@@ -35,13 +35,16 @@ type Config struct {
 	// config file's own folder, so a config works from any working directory.
 	Dir string
 
-	Server   ServerConfig   `toml:"server"`
-	Provider ProviderConfig `toml:"provider"`
-	Sandbox  SandboxConfig  `toml:"sandbox"`
-	Auth     AuthConfig     `toml:"auth"`
-	Sessions SessionsConfig `toml:"sessions"`
-	Research ResearchConfig `toml:"research"`
-	Tools    ToolsConfig    `toml:"tools"`
+	Server    ServerConfig    `toml:"server"`
+	Provider  ProviderConfig  `toml:"provider"`
+	Sandbox   SandboxConfig   `toml:"sandbox"`
+	Auth      AuthConfig      `toml:"auth"`
+	Sessions  SessionsConfig  `toml:"sessions"`
+	Sandboxes SandboxesConfig `toml:"sandboxes"`
+	Research  ResearchConfig  `toml:"research"`
+	Tools     ToolsConfig     `toml:"tools"`
+	Quotas    QuotasConfig    `toml:"quotas"`
+	Pricing   PricingConfig   `toml:"pricing"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -67,7 +70,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Tools}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Sandboxes, &c.Tools, &c.Quotas, &c.Pricing}
 }
 
 // Load reads and validates the config file at path; an empty path means
@@ -203,11 +206,42 @@ func (c *Config) ProviderError(name string, err error) error {
 // through getenv (os.Getenv when nil) and returns them by secret name:
 // api_key_env = "SANDY_API_KEY" gives secrets["api_key"]. A variable that
 // is named must be set and non-empty; every one that is not is reported in
-// one *Error naming the variable, never a value.
+// one *Error naming the variable, never a value. References to AWS secret
+// stores need ProviderSecretsFrom.
 func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[string]string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	return c.ProviderSecretsFrom(name, EnvLookup(getenv))
+}
+
+// ProviderSecretRefs returns the references of the provider's *_env keys
+// by secret name, as ParseSecretRef reads them.
+func (c *Config) ProviderSecretRefs(name string) (map[string]SecretRef, error) {
+	var table map[string]any
+	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
+		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
+	}
+	refs := map[string]SecretRef{}
+	for k, v := range table {
+		s, ok := v.(string)
+		if !strings.HasSuffix(k, "_env") || !ok || s == "" {
+			continue
+		}
+		ref, err := ParseSecretRef(s)
+		if err != nil {
+			return nil, fmt.Errorf("provider.%s.%s: %w", name, k, err)
+		}
+		refs[strings.TrimSuffix(k, "_env")] = ref
+	}
+	return refs, nil
+}
+
+// ProviderSecretsFrom is ProviderSecrets reading each *_env reference
+// through lookup: an environment variable, a Secrets Manager secret or an
+// SSM parameter. Every reference that cannot be read is reported in one
+// *Error naming its key and the reference, never a value.
+func (c *Config) ProviderSecretsFrom(name string, lookup SecretLookup) (map[string]string, error) {
 	var table map[string]any
 	if err := json.Unmarshal(c.ProviderSettings(name), &table); err != nil {
 		return nil, fmt.Errorf("config: decoding provider.%s: %w", name, err)
@@ -220,9 +254,14 @@ func (c *Config) ProviderSecrets(name string, getenv func(string) string) (map[s
 			continue
 		}
 		key := join(join("provider", name), k)
-		value := getenv(variable)
-		if value == "" {
-			r.add(key, "%s: environment variable %s is not set or is empty", key, variable)
+		ref, err := ParseSecretRef(variable)
+		if err != nil {
+			r.add(key, "%s: %v", key, err)
+			continue
+		}
+		value, err := lookup(ref)
+		if err != nil {
+			r.add(key, "%s: %v", key, err)
 			continue
 		}
 		secrets[strings.TrimSuffix(k, "_env")] = value

@@ -385,6 +385,17 @@ func (r *report) checkEnvName(key, v string) {
 	}
 }
 
+// checkSecretRef checks a *_env key of a provider's table, which may also
+// name a Secrets Manager secret or an SSM parameter (ParseSecretRef).
+func (r *report) checkSecretRef(key, v string) {
+	if v == "" {
+		return
+	}
+	if _, err := ParseSecretRef(v); err != nil {
+		r.add(key, "%s: %v", key, err)
+	}
+}
+
 // checkPassThrough checks a table that is passed on unvalidated (a
 // third-party provider's): no secret values, and *_env keys name variables.
 func (r *report) checkPassThrough(path string, raw any) {
@@ -398,10 +409,10 @@ func (r *report) checkPassThrough(path string, raw any) {
 			if strings.HasSuffix(k, "_env") {
 				s, ok := v[k].(string)
 				if !ok {
-					r.add(key, "%s: must be a string naming an environment variable, not %s", key, describeValue(v[k]))
+					r.add(key, "%s: must be a string naming an environment variable or a secret, not %s", key, describeValue(v[k]))
 					continue
 				}
-				r.checkEnvName(key, s)
+				r.checkSecretRef(key, s)
 				continue
 			}
 			r.checkPassThrough(key, v[k])

@@ -99,11 +99,35 @@ type ProviderConfig struct {
 	// Name selects the plugin: sandstep-provider-<name> in PluginDir.
 	Name      string `toml:"name"`
 	PluginDir string `toml:"plugin_dir"`
+	// Deployment is this stack's id, written into the label
+	// sandstep.deployment of every sandbox, volume and snapshot it makes:
+	// its reaper touches only what carries it. In AWS the stack name
+	// replaces it (SANDSTEP_DEPLOYMENT, set by template.yaml).
+	Deployment string `toml:"deployment"`
+	// SecretRefresh is how often the provider's secrets are read again
+	// (a rotated key reaches the running plugin); 0 reads them once, when
+	// the process starts (a Lambda's init).
+	SecretRefresh Duration `toml:"secret_refresh"`
 }
 
 func (p *ProviderConfig) setDefaults() {
 	p.Name = "local"
 	p.PluginDir = "bin/plugins"
+	p.Deployment = "local"
+	p.SecretRefresh = 0
+}
+
+// deploymentID keeps a deployment id usable as a label value at every
+// provider and as part of a snapshot's slug; an AWS stack name fits it.
+var deploymentID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// CheckDeployment checks a deployment id, from the config file or from the
+// environment of a Lambda.
+func CheckDeployment(id string) error {
+	if !deploymentID.MatchString(id) {
+		return fmt.Errorf("%q is not a deployment id (1 to 63 letters, digits, - and _, starting with a letter or digit)", id)
+	}
+	return nil
 }
 
 // pluginName keeps a provider name usable as part of a file name.
@@ -112,6 +136,12 @@ var pluginName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 func (p *ProviderConfig) check(c *Config, r *report) {
 	if !pluginName.MatchString(p.Name) {
 		r.add("provider.name", "provider.name: %q is not a plugin name (lower-case letters, digits, - and _)", p.Name)
+	}
+	if err := CheckDeployment(p.Deployment); err != nil {
+		r.add("provider.deployment", "provider.deployment: %v", err)
+	}
+	if p.SecretRefresh < 0 {
+		r.add("provider.secret_refresh", "provider.secret_refresh: must be 0s or more, not %s", p.SecretRefresh)
 	}
 	if p.PluginDir == "" {
 		r.add("provider.plugin_dir", "provider.plugin_dir: must not be empty")
@@ -122,7 +152,7 @@ func (p *ProviderConfig) check(c *Config, r *report) {
 }
 
 // shippedProviders are the provider plugins sandstep builds.
-var shippedProviders = []string{"local", "sandy"}
+var shippedProviders = []string{"local", "sandy", "modal"}
 
 // checkKnown catches a misspelt provider name as unknown keys are caught:
 // a name with no plugin binary in plugin_dir that is near one that has a

@@ -42,6 +42,11 @@ type SessionsConfig struct {
 	// remembered: runs meanwhile fail at once with its error instead of
 	// building again.
 	SnapshotRetryAfter Duration `toml:"snapshot_retry_after"`
+	// SnapshotGrace is how long an old dependency snapshot is kept once a
+	// new dependency list's snapshot replaced it, for processes still on
+	// the old list; then the reaper deletes it unless a live sandbox uses
+	// it.
+	SnapshotGrace Duration `toml:"snapshot_grace"`
 }
 
 // SessionDependency is one [[sessions.dependencies]] entry.
@@ -109,6 +114,7 @@ func (s *SessionsConfig) setDefaults() {
 	s.Dependencies = []SessionDependency{}
 	s.BuildEnv = []string{}
 	s.SnapshotRetryAfter = Duration(5 * time.Minute)
+	s.SnapshotGrace = Duration(time.Hour)
 }
 
 func (s *SessionsConfig) check(_ *Config, r *report) {
@@ -136,6 +142,9 @@ func (s *SessionsConfig) check(_ *Config, r *report) {
 	}
 	if s.ReaperInterval.D() < time.Second {
 		r.add(t+".reaper_interval", "%s.reaper_interval: must be at least 1s, not %s", t, s.ReaperInterval)
+	}
+	if s.SnapshotGrace < 0 {
+		r.add(t+".snapshot_grace", "%s.snapshot_grace: must be 0s or more, not %s", t, s.SnapshotGrace)
 	}
 	if s.SnapshotRetryAfter < 0 {
 		r.add(t+".snapshot_retry_after", "%s.snapshot_retry_after: must be 0s or more, not %s", t, s.SnapshotRetryAfter)

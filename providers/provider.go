@@ -29,6 +29,10 @@ const (
 	LabelTenant  = "sandstep.tenant"
 	LabelJob     = "sandstep.job"
 	LabelSession = "sandstep.session"
+	// LabelDeployment names the deployment (the stack) that created a
+	// sandbox, volume or snapshot. Two deployments sharing a provider
+	// account each reap and collect only what carries their own id.
+	LabelDeployment = "sandstep.deployment"
 )
 
 // Provider is a sandbox backend. Every method takes a context whose deadline
@@ -85,6 +89,9 @@ type Provider interface {
 	GetSnapshot(ctx context.Context, slug string) (Snapshot, error)
 	// DeleteSnapshot is idempotent.
 	DeleteSnapshot(ctx context.Context, slug string) error
+	// ListSnapshots returns the snapshots carrying all of the given labels
+	// (all when labels is empty), each with the labels it was built with.
+	ListSnapshots(ctx context.Context, labels map[string]string) ([]Snapshot, error)
 
 	// CreateVolume creates a volume, or returns the existing one with the
 	// same slug (idempotent).
@@ -155,6 +162,9 @@ type Capabilities struct {
 	// out replaces with the value in requests to those hosts only. Without
 	// it such a secret is a plain environment variable.
 	HostScopedSecrets bool
+	// ListSnapshots: ListSnapshots filters snapshots by labels (it needs
+	// Snapshots). Without it the host never collects old snapshots.
+	ListSnapshots bool
 	// NetworkModes lists the NetworkPolicy modes the provider enforces.
 	NetworkModes []NetworkMode
 	// MaxLifetime is the longest lifetime a sandbox may ask for; 0 = no cap.
@@ -249,6 +259,9 @@ type CreateSpec struct {
 	Preemptible bool
 	Flavor      string
 	Region      string
+	// ExposePorts are ports inside the sandbox to make reachable from
+	// outside it (Sandbox.PortURLs); ignored without PublicURL capability.
+	ExposePorts []int
 }
 
 // Mount attaches a volume at Path inside the sandbox.
@@ -299,6 +312,11 @@ type Sandbox struct {
 	// Network is what the sandbox sent and received so far, where the
 	// provider counts it (read it before Terminate).
 	Network NetworkUsage
+	// PortURLs says where each exposed port is reached: an http(s) URL the
+	// provider serves publicly, or "unix://<path>" of a socket on the
+	// provider's host that forwards into the sandbox's network, for the
+	// host's API to proxy behind its own access token.
+	PortURLs map[int]string
 }
 
 // NetworkUsage is the traffic of one sandbox through its way out.

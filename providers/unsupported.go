@@ -21,8 +21,8 @@ import (
 // answer, so a provider that embeds UnsupportedSnapshots reports no
 // snapshots even if its Info says otherwise.
 
-// UnsupportedSnapshots refuses EnsureSnapshot, GetSnapshot and
-// DeleteSnapshot (Capabilities.Snapshots = false).
+// UnsupportedSnapshots refuses EnsureSnapshot, GetSnapshot, DeleteSnapshot
+// and ListSnapshots (Capabilities.Snapshots and ListSnapshots = false).
 type UnsupportedSnapshots struct{}
 
 func (UnsupportedSnapshots) EnsureSnapshot(context.Context, SnapshotSpec) (Snapshot, error) {
@@ -37,7 +37,22 @@ func (UnsupportedSnapshots) DeleteSnapshot(context.Context, string) error {
 	return lacks("delete snapshot", "snapshots")
 }
 
+func (UnsupportedSnapshots) ListSnapshots(context.Context, map[string]string) ([]Snapshot, error) {
+	return nil, lacks("list snapshots", "snapshots")
+}
+
 func (UnsupportedSnapshots) lacksSnapshots() {}
+
+// UnsupportedListSnapshots refuses ListSnapshots alone
+// (Capabilities.ListSnapshots = false), for a provider that builds
+// snapshots but cannot list them: the host then never collects old ones.
+type UnsupportedListSnapshots struct{}
+
+func (UnsupportedListSnapshots) ListSnapshots(context.Context, map[string]string) ([]Snapshot, error) {
+	return nil, lacks("list snapshots", "listing snapshots")
+}
+
+func (UnsupportedListSnapshots) lacksListSnapshots() {}
 
 // UnsupportedVolumes refuses CreateVolume, GetVolume, DeleteVolume and
 // ListVolumes (Capabilities.Volumes = false).
@@ -98,6 +113,7 @@ func lacks(op, what string) error {
 // declares a group missing.
 type (
 	lacksSnapshots interface{ lacksSnapshots() }
+	lacksListSnaps interface{ lacksListSnapshots() }
 	lacksVolumes   interface{ lacksVolumes() }
 	lacksList      interface{ lacksList() }
 	lacksFiles     interface{ lacksFiles() }
@@ -110,6 +126,9 @@ type (
 func TruthfulCapabilities(p any, c Capabilities) Capabilities {
 	if _, ok := p.(lacksSnapshots); ok {
 		c.Snapshots = false
+	}
+	if _, ok := p.(lacksListSnaps); ok || !c.Snapshots {
+		c.ListSnapshots = false
 	}
 	if _, ok := p.(lacksVolumes); ok {
 		c.Volumes = false

@@ -18,6 +18,9 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # pdftotext and pdfinfo, with which the crawler reads PDFs inside the sandbox
 # (local sandboxes see them through /usr too).
 command -v pdftotext >/dev/null 2>&1 || need_apt+=(poppler-utils)
+# Python 3, which sandboxes run from /usr: session runs in python, and
+# sandstep's Python client (/opt/sandstep/python) that agents in sandboxes use.
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
 java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
 if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then
   need_apt+=(openjdk-17-jre-headless)

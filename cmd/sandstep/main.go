@@ -44,6 +44,9 @@ func commands() map[string]command {
 		"events": {"ID [flags]", "print a job's events; --follow streams them until the job ends", "", runEvents},
 		"cancel": {"ID [flags]", "cancel a job", "", runCancel},
 		"report": {"ID [flags]", "print a finished job's report as markdown", "", runReport},
+		"usage": {"[flags]", "show what your jobs used and cost, by day, job type or provider",
+			"Reads GET /v1/usage: sandbox seconds, commands run, model tokens, search calls and pages crawled of the\n" +
+				"jobs created in the range, with their cost at the server's [pricing].", runUsage},
 		"run-code": {"[FILE | -e CODE] [flags]", "run code in a session of a server: files in /workspace stay for the session's next runs",
 			"The code comes from FILE, from -e, or from standard input. Its output goes to stdout and stderr, then the\n" +
 				"value of its last expression as JSON. The language is --language, else FILE's extension, else javascript\n" +
@@ -51,11 +54,18 @@ func commands() map[string]command {
 		"sessions": {"[list | show SID | open SID | delete SID] [flags]", "list your run-code sessions; show, open or delete one",
 			"list (the default) lists your sessions, newest first; show prints one session's record; open opens it\n" +
 				"(in warm mode its sandbox starts); delete closes its sandbox and deletes its volume, with its files, now.", runSessions},
+		"sandbox": {sandboxSynopsis, "create, use and terminate direct sandboxes on a server; exec streams live",
+			"create prints the new sandbox's id (and on stderr the public URLs of --port); exec runs a command and\n" +
+				"streams its stdout and stderr as they come, resuming after a broken connection, and exits with its exit\n" +
+				"status; logs prints an exec's output from --offset; cp copies a file to or from ID:/path (- is stdin or\n" +
+				"stdout); url prints the public URLs of exposed ports; terminate ends a sandbox and its children.", runSandbox},
 		"reap": {"[flags]", "run one cleanup pass over the local state: expired session volumes, idle sandboxes, leaked sandboxes",
 			"Runs the pass `sandstep serve` runs every [sessions] reaper_interval: deletes session volumes idle past their\n" +
 				"TTL, closes idle session sandboxes, terminates sandboxes nothing needs or the ledger does not know.\n" +
 				"It refuses to run while a server answers at [server] addr, which owns the same state.", runReap},
 		"fake-sandy": {"[flags]", "serve a fake Sandy API on 127.0.0.1 (real commands under bubblewrap, switchable faults) for manual tests", "", runFakeSandy},
+		"fake-deno":  {"[flags]", "serve a fake Deno Sandbox (console and regional APIs) on 127.0.0.1 (real commands under bubblewrap) for manual tests", "", runFakeDeno},
+		"fake-modal": {"[flags]", "serve a fake Modal (its gRPC control plane and command router) on 127.0.0.1 (real commands under bubblewrap, switchable faults) for manual tests", "", runFakeModal},
 	}
 }
 
@@ -102,6 +112,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	}
+	var es *exitStatus
+	if errors.As(err, &es) {
+		// The command in the sandbox said it all on stderr.
+		return min(max(es.code, 1), 255)
 	}
 	fmt.Fprintf(stderr, "sandstep %s: %v\n", args[0], err)
 	return 1

@@ -34,6 +34,9 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	logger := quietLogger(stderr)
+	// The id this stack labels everything with at the provider: two stacks
+	// sharing one provider need different ones.
+	fmt.Fprintf(stdout, "deployment: %s\n", cfg.Provider.Deployment)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tVERSION\tAPI\tCAPABILITIES")
 	var activeErr error
@@ -99,7 +102,7 @@ func capabilities(c providers.Capabilities) string {
 	}{
 		{c.Snapshots, "snapshots"}, {c.Volumes, "volumes"}, {c.NamedSandboxes, "named"},
 		{c.ListByLabels, "list"}, {c.ExecStreaming, "exec-streaming"}, {c.FileAPI, "files"},
-		{c.PublicURL, "public-url"}, {c.HostScopedSecrets, "host-scoped-secrets"},
+		{c.PublicURL, "public-url"}, {c.HostScopedSecrets, "host-scoped-secrets"}, {c.ListSnapshots, "list-snapshots"},
 	} {
 		if f.on {
 			out = append(out, f.name)

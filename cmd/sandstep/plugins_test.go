@@ -37,10 +37,13 @@ func TestPluginsListsLocalWithCapabilities(t *testing.T) {
 		t.Skip("bwrap missing")
 	}
 	dir := buildLocalPlugin(t)
-	cfg := writeConfig(t, "[server]\ndata_dir = \""+t.TempDir()+"\"\n[provider]\nname = \"local\"\nplugin_dir = \""+dir+"\"\n")
+	cfg := writeConfig(t, "[server]\ndata_dir = \""+t.TempDir()+"\"\n[provider]\nname = \"local\"\nplugin_dir = \""+dir+"\"\ndeployment = \"stack-a\"\n")
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"plugins", "--config", cfg}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "deployment: stack-a\n") {
+		t.Errorf("output does not start with the deployment id:\n%s", out.String())
 	}
 	line := ""
 	for _, l := range strings.Split(out.String(), "\n") {
@@ -50,7 +53,7 @@ func TestPluginsListsLocalWithCapabilities(t *testing.T) {
 	}
 	// This machine's mechanism: cgroup v2 or v1, and volumes as images
 	// (the tests run as root).
-	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "host-scoped-secrets", "network=none|all|allowlist",
+	for _, want := range []string{"v1", "snapshots", "volumes", "exec-streaming", "files", "host-scoped-secrets", "network=none|all|allowlist", "list-snapshots",
 		"limits=cgroup-v", "memory|processes|cpu|scratch|volume_capacity", "volumes=ext4-image"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("local line %q lacks %q; output:\n%s", line, want, out.String())

@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
@@ -222,7 +223,7 @@ func runReap(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer svc.Shutdown(context.WithoutCancel(ctx))
-	sbx := sandboxes.New(sandboxes.Options{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Logger: log})
+	sbx := sandboxes.New(sandboxes.Options{Store: st, Provider: prov, ProviderName: cfg.Provider.Name, Deployment: cfg.Provider.Deployment, Logger: log, Quotas: quota.New(st, &cfg.Quotas)})
 	r := &reaper.Reaper{Store: st, Sandboxes: sbx, Sessions: svc, Logger: log}
 	counts, passErr := r.Pass(ctx)
 	if *asJSON {

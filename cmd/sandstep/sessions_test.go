@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/reaper"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
@@ -162,7 +163,13 @@ func TestReap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	orphan, err := prov.Create(ctx, providers.CreateSpec{Name: "unknown", Labels: map[string]string{providers.LabelOwner: "sandstep"}})
+	orphan, err := prov.Create(ctx, providers.CreateSpec{Name: "unknown", Labels: sandboxes.Labels(cfg.Provider.Deployment)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another deployment's sandbox on the same provider is not this
+	// stack's to reap.
+	theirs, err := prov.Create(ctx, providers.CreateSpec{Name: "theirs", Labels: sandboxes.Labels("another-stack")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +191,10 @@ func TestReap(t *testing.T) {
 	if sb, err := prov.Get(ctx, orphan.ID); err == nil && sb.State == providers.StateRunning {
 		t.Fatalf("the unknown sandbox is still running")
 	}
+	if sb, err := prov.Get(ctx, theirs.ID); err != nil || sb.State != providers.StateRunning {
+		t.Fatalf("another deployment's sandbox was reaped: %+v, %v", sb, err)
+	}
+	_ = prov.Terminate(ctx, theirs.ID)
 }
 
 // sandstep sessions open, show and delete, through the real server.

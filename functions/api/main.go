@@ -12,9 +12,11 @@ import (
 
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/tools"
 	"github.com/sandstep/sandstep/providers/plugin"
@@ -47,7 +49,7 @@ func newFunction(ctx context.Context) (*function, error) {
 	}
 	// Once per execution environment, so warm invocations reuse the plugin;
 	// a failed init is retried by Lambda with a fresh environment.
-	prov, err := providerhost.Open(ctx, a.Config, "", a.Logger)
+	prov, err := providerhost.OpenIn(ctx, a.Config, "", a.Logger, providerhost.LambdaSecrets(ctx, a.Config))
 	if err != nil {
 		return nil, err
 	}
@@ -68,14 +70,19 @@ func newFunction(ctx context.Context) (*function, error) {
 		docs = docsearch.New(docsearch.Options{Config: a.Config, Store: a.Store, Embedder: emb, Logger: a.Logger})
 	}
 	h := api.New(api.Options{
-		Store:    a.Store,
-		Executor: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
-		Provider: prov,
-		Sessions: svc,
-		Docs:     docs,
-		Tools:    tools.SettingsFrom(a.Config),
-		Auth:     auth,
-		Logger:   a.Logger,
+		Sandboxes: direct.New(direct.Options{Config: a.Config.Sandboxes, Defaults: a.Config.Sandbox, Store: a.Store,
+			Sandboxes: a.Sandboxes(prov), Provider: prov, Logger: a.Logger}),
+		Store:      a.Store,
+		Executor:   engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
+		Provider:   prov,
+		Deployment: a.Config.Provider.Deployment,
+		Sessions:   svc,
+		Docs:       docs,
+		Tools:      tools.SettingsFrom(a.Config),
+		Auth:       auth,
+		Quotas:     quota.New(a.Store, &a.Config.Quotas),
+		Pricing:    &a.Config.Pricing,
+		Logger:     a.Logger,
 		// The body limits of [server] hold behind API Gateway too.
 		Server: a.Config.Server,
 	})

@@ -38,7 +38,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if pluginDir, err = testbin.Build(dir, testbin.LocalPlugin); err != nil {
+	if pluginDir, err = testbin.Build(dir, testbin.LocalPlugin, testbin.SandyPlugin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -112,6 +112,17 @@ type lambdaEnv struct {
 
 func newLambdaEnv(t *testing.T, edit func(cfg []byte) []byte, extra map[string]string) *lambdaEnv {
 	t.Helper()
+	e, err := initLambda(t, edit, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// initLambda is newLambdaEnv returning the init's error: a Lambda whose
+// init fails is retried by Lambda, and logs say why.
+func initLambda(t *testing.T, edit func(cfg []byte) []byte, extra map[string]string) (*lambdaEnv, error) {
+	t.Helper()
 	db := testddb.ForTests(t)
 	root, err := testbin.Root()
 	if err != nil {
@@ -171,10 +182,10 @@ func newLambdaEnv(t *testing.T, edit func(cfg []byte) []byte, extra map[string]s
 	t.Cleanup(cancel)
 	fn, err := newFunction(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return &lambdaEnv{db: db, sfn: sfn, logs: logs, ctx: ctx}, err
 	}
 	t.Cleanup(func() { fn.provider.Close() })
-	return &lambdaEnv{fn: fn, db: db, sfn: sfn, logs: logs, ctx: ctx}
+	return &lambdaEnv{fn: fn, db: db, sfn: sfn, logs: logs, ctx: ctx}, nil
 }
 
 func replaceLine(t *testing.T, raw []byte, old, new string) []byte {

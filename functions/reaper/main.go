@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/sandstep/sandstep/internal/service/app"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
@@ -32,9 +33,12 @@ func main() {
 		slog.Error("init", "err", err)
 		os.Exit(1)
 	}
+	mgr := a.Sandboxes(prov)
 	r := &reaper.Reaper{
-		Store:      a.Store,
-		Sandboxes:  a.Sandboxes(prov),
+		Store:     a.Store,
+		Sandboxes: mgr,
+		Direct: direct.New(direct.Options{Config: a.Config.Sandboxes, Defaults: a.Config.Sandbox, Store: a.Store,
+			Sandboxes: mgr, Provider: prov, Logger: a.Logger}),
 		Sessions:   svc,
 		Executions: reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN))},
 		Logger:     a.Logger,

@@ -43,6 +43,7 @@ func Cases() []Case {
 		{Name: "snapshots", Requires: hasSnapshots, Run: caseSnapshots},
 		{Name: "snapshot-failed-setup", Requires: hasSnapshots, Run: caseSnapshotFailedSetup},
 		{Name: "snapshot-delete-in-use", Requires: hasSnapshots, Run: caseSnapshotDeleteInUse},
+		{Name: "snapshots-list", Requires: func(c providers.Capabilities) bool { return c.Snapshots && c.ListSnapshots }, Run: caseSnapshotsList},
 
 		{Name: "limits-memory", Requires: enforces(providers.LimitMemory), Run: caseLimitsMemory},
 		{Name: "limits-volume-capacity", Requires: func(c providers.Capabilities) bool {

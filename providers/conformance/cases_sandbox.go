@@ -291,6 +291,11 @@ func caseUnsupported(t T, p providers.Provider) {
 		_, err = p.GetSnapshot(f.ctx, slug)
 		f.wantCode("GetSnapshot without the Snapshots capability", err, providers.Unsupported)
 	}
+	if !f.caps().ListSnapshots {
+		checked++
+		_, err := p.ListSnapshots(f.ctx, f.labels())
+		f.wantCode("ListSnapshots without the ListSnapshots capability", err, providers.Unsupported)
+	}
 	if !f.caps().Volumes {
 		checked++
 		slug := f.unique("v")

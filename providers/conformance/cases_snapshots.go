@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,4 +186,50 @@ func caseSnapshotDeleteInUse(t T, p providers.Provider) {
 	}
 	_, err = f.tryCreate(providers.CreateSpec{Snapshot: slug})
 	f.wantCode("Create from a deleted snapshot", err, providers.NotFound)
+}
+
+// caseSnapshotsList: ListSnapshots filters by every label given, returns
+// each snapshot with its labels, and forgets a deleted snapshot at once.
+// The snapshot cleanup of the host decides what to delete from this list.
+func caseSnapshotsList(t T, p providers.Provider) {
+	f := newFix(t, p)
+	mine, other := f.unique("snap"), f.unique("snap")
+	for _, slug := range []string{mine, other} {
+		f.deleteSnapshotLater(slug)
+		labels := f.labels()
+		labels[labelKind] = slug
+		if _, err := p.EnsureSnapshot(f.ctx, providers.SnapshotSpec{Slug: slug, Setup: []string{"true"}, Labels: labels}); err != nil {
+			t.Fatalf("EnsureSnapshot(%s): %v", slug, err)
+		}
+	}
+	list := func(sel map[string]string) []providers.Snapshot {
+		t.Helper()
+		snaps, err := p.ListSnapshots(f.ctx, sel)
+		if err != nil {
+			t.Fatalf("ListSnapshots(%v): %v", sel, err)
+		}
+		return snaps
+	}
+	run := map[string]string{labelRun: f.e.runID, labelCase: f.name}
+	var all []string
+	for _, s := range list(run) {
+		all = append(all, s.Slug)
+		if s.Labels[labelCase] != f.name || s.Labels[labelKind] != s.Slug {
+			t.Errorf("ListSnapshots returned %s with labels %v, want the labels it was built with", s.Slug, s.Labels)
+		}
+	}
+	slices.Sort(all)
+	if want := []string{mine, other}; !slices.Equal(all, slices.Sorted(slices.Values(want))) {
+		t.Errorf("ListSnapshots(run, case) = %v, want %v", all, want)
+	}
+	one := map[string]string{labelRun: f.e.runID, labelCase: f.name, labelKind: mine}
+	if got := list(one); len(got) != 1 || got[0].Slug != mine {
+		t.Errorf("ListSnapshots(with kind=%s) = %v, want only that snapshot", mine, got)
+	}
+	if err := p.DeleteSnapshot(f.ctx, mine); err != nil {
+		t.Fatalf("DeleteSnapshot(%s): %v", mine, err)
+	}
+	if got := list(one); len(got) != 0 {
+		t.Errorf("ListSnapshots after DeleteSnapshot = %v, want none", got)
+	}
 }

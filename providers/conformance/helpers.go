@@ -25,6 +25,8 @@ const (
 	ownerValue = "sandstep-conformance"
 	labelRun   = "sandstep.conformance.run"
 	labelCase  = "sandstep.conformance.case"
+	// labelKind tells apart resources of one case in a list filter.
+	labelKind = "sandstep.conformance.kind"
 )
 
 // workspace is the default working directory of every sandbox (see

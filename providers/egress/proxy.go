@@ -326,7 +326,7 @@ func (s *Session) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.untrack(up)
-	relay(client, up)
+	Relay(client, up)
 }
 
 // terminate serves the requests of a TLS connection the sandbox opened to
@@ -363,9 +363,9 @@ func (s *Session) terminate(client net.Conn, host, authority string) {
 	ln.wait()
 }
 
-// relay copies both ways until both sides are done, half-closing each
-// direction as it ends.
-func relay(a, b net.Conn) {
+// Relay copies both ways until both sides are done, half-closing each
+// direction as it ends, then closes both.
+func Relay(a, b net.Conn) {
 	var wg sync.WaitGroup
 	cp := func(dst, src net.Conn) {
 		defer wg.Done()

@@ -221,8 +221,8 @@ func (a *agent) handle(conn net.Conn) {
 		a.sendEgress(conn)
 		return
 	}
-	if req.Op == opEgress {
-		a.sendEgress(conn)
+	if req.Op == opDial {
+		a.dialPort(conn, req.Port)
 		return
 	}
 	if req.Op != opPing {

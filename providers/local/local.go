@@ -75,9 +75,12 @@ const (
 	// sandstep's own in-sandbox programs (the crawler) arrive there without
 	// a copy.
 	ToolsPath = "/opt/sandstep/tools"
-	agentPath = "/.sandstep/agent"
-	homePath  = "/home/sandbox"
-	workPath  = "/workspace"
+	// PythonPath is where sandstep's Python client is, when tools_dir has
+	// it (python/): a link into ToolsPath.
+	PythonPath = "/opt/sandstep/python"
+	agentPath  = "/.sandstep/agent"
+	homePath   = "/home/sandbox"
+	workPath   = "/workspace"
 	// sandboxUID is the uid (and gid) commands see inside; on the host they
 	// run as the sandbox's own uid.
 	sandboxUID = 1000
@@ -139,6 +142,9 @@ type Provider struct {
 	egress   *egress.Proxy
 	egressMu sync.Mutex
 	serving  map[string]*egressServer
+	// ports holds the sandboxes whose exposed ports this process serves
+	// (guarded by egressMu).
+	ports map[string]*portServer
 }
 
 // settings are what Configure derives from Settings.
@@ -226,6 +232,7 @@ func (p *Provider) Info(ctx context.Context) (providers.Info, error) {
 			FileAPI:           true,
 			PublicURL:         false,
 			HostScopedSecrets: true,
+			ListSnapshots:     true,
 			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
 			Limits:            limits,
 		},
@@ -549,6 +556,9 @@ func (p *Provider) reload() {
 			p.remember(&sandbox{rec: rec})
 			if s, err := p.ready(); err == nil {
 				p.resumeEgress(s, rec.ID)
+				if err := p.servePorts(s, rec); err != nil {
+					p.log.Warn("reload: the sandbox's exposed ports cannot be served", "sandbox_id", rec.ID, "err", err)
+				}
 			}
 			p.log.Info("reload: sandbox is live", "sandbox_id", rec.ID, "name", rec.Name)
 		case !rec.starting():

@@ -364,6 +364,17 @@ func addUsage(s settings, id string, delta providers.NetworkUsage) error {
 // fetchEgressListener asks a sandbox's agent for its egress listener and
 // receives the socket itself.
 func fetchEgressListener(ctx context.Context, s settings, id string) (net.Listener, error) {
+	f, err := fetchFD(ctx, s, id, request{Op: opEgress})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileListener(f)
+}
+
+// fetchFD makes a request of a sandbox's agent whose answer carries one
+// descriptor (SCM_RIGHTS) and returns it.
+func fetchFD(ctx context.Context, s settings, id string, req request) (*os.File, error) {
 	nc, err := dialUnix(ctx, s.sandboxDir(id)+"/agent.sock")
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the agent: %w", err)
@@ -376,7 +387,7 @@ func fetchEgressListener(ctx context.Context, s settings, id string) (net.Listen
 	if !ok {
 		return nil, errors.New("the agent's connection is not a unix socket")
 	}
-	if err := (&frameWriter{w: nc}).writeJSON(frameHeader, request{Op: opEgress}); err != nil {
+	if err := (&frameWriter{w: nc}).writeJSON(frameHeader, req); err != nil {
 		return nil, err
 	}
 	buf := make([]byte, 4096)
@@ -393,44 +404,50 @@ func fetchEgressListener(ctx context.Context, s settings, id string) (net.Listen
 				continue
 			}
 			for _, fd := range fds {
-				files = append(files, os.NewFile(uintptr(fd), "egress"))
+				files = append(files, os.NewFile(uintptr(fd), req.Op))
 			}
 		}
 	}
-	defer func() {
+	closeAll := func() {
 		for _, f := range files {
 			f.Close()
 		}
-	}()
+	}
 	// The answer is one result frame; a short read leaves its tail in the
 	// socket.
 	if n < 5 {
 		m, err := io.ReadAtLeast(uc, buf[n:], 5-n)
 		if err != nil {
+			closeAll()
 			return nil, err
 		}
 		n += m
 	}
 	size := int(binary.BigEndian.Uint32(buf[1:5]))
 	if buf[0] != frameResult || size > len(buf)-5 {
+		closeAll()
 		return nil, fmt.Errorf("unexpected answer from the agent (frame %q, %d bytes)", buf[0], size)
 	}
 	if n < 5+size {
 		if _, err := io.ReadFull(uc, buf[n:5+size]); err != nil {
+			closeAll()
 			return nil, err
 		}
 	}
 	var res result
 	if err := json.Unmarshal(buf[5:5+size], &res); err != nil {
+		closeAll()
 		return nil, err
 	}
-	if err := res.Error.err(opEgress); err != nil {
+	if err := res.Error.err(req.Op); err != nil {
+		closeAll()
 		return nil, err
 	}
 	if len(files) != 1 {
+		closeAll()
 		return nil, fmt.Errorf("the agent sent %d descriptors, want 1", len(files))
 	}
-	return net.FileListener(files[0])
+	return files[0], nil
 }
 
 // listenEgress opens the agent's egress listener in the sandbox's network
@@ -441,25 +458,33 @@ func listenEgress(port int) (*net.TCPListener, error) {
 
 // sendEgress answers opEgress with the listening socket.
 func (a *agent) sendEgress(conn net.Conn) {
-	fw := &frameWriter{w: conn}
-	uc, ok := conn.(*net.UnixConn)
-	if a.egress == nil || !ok {
-		_ = fw.writeJSON(frameResult, errResult(providers.FailedPrecondition, "this sandbox has no network"))
+	if a.egress == nil {
+		_ = (&frameWriter{w: conn}).writeJSON(frameResult, errResult(providers.FailedPrecondition, "this sandbox has no network"))
 		return
 	}
 	f, err := a.egress.File()
 	if err != nil {
-		_ = fw.writeJSON(frameResult, errResult(providers.Internal, "egress listener: %v", err))
+		_ = (&frameWriter{w: conn}).writeJSON(frameResult, errResult(providers.Internal, "egress listener: %v", err))
 		return
 	}
 	defer f.Close()
+	a.sendFD(conn, f)
+}
+
+// sendFD answers a request with a descriptor: a result frame carrying it.
+func (a *agent) sendFD(conn net.Conn, f *os.File) {
+	uc, ok := conn.(*net.UnixConn)
+	if !ok {
+		_ = (&frameWriter{w: conn}).writeJSON(frameResult, errResult(providers.Internal, "not a unix socket"))
+		return
+	}
 	payload, _ := json.Marshal(result{})
 	frame := make([]byte, 5+len(payload))
 	frame[0] = frameResult
 	binary.BigEndian.PutUint32(frame[1:5], uint32(len(payload)))
 	copy(frame[5:], payload)
 	if _, _, err := uc.WriteMsgUnix(frame, unix.UnixRights(int(f.Fd())), nil); err != nil {
-		a.log.Warn("sending the egress listener", "err", err)
+		a.log.Warn("sending a descriptor", "err", err)
 	}
 }
 

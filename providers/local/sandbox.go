@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -47,6 +48,9 @@ type sandboxRecord struct {
 	CreatedAt   time.Time             `json:"created_at"`
 	ExpiresAt   time.Time             `json:"expires_at"`
 	IdleTimeout time.Duration         `json:"idle_timeout,omitempty"`
+	// Ports are the exposed ports, PortURLs their sockets (ports.go).
+	Ports    []int          `json:"ports,omitempty"`
+	PortURLs map[int]string `json:"port_urls,omitempty"`
 	// BuildDir is the tree of a snapshot being built, a host directory or
 	// an ext4 image (.img), mounted writable at SnapshotPath (builder
 	// sandboxes only).
@@ -89,6 +93,7 @@ func (r sandboxRecord) public() providers.Sandbox {
 		Mounts:    append([]providers.Mount(nil), r.Mounts...),
 		CreatedAt: r.CreatedAt,
 		ExpiresAt: r.ExpiresAt,
+		PortURLs:  maps.Clone(r.PortURLs),
 	}
 }
 
@@ -263,7 +268,12 @@ func (p *Provider) create(ctx context.Context, spec providers.CreateSpec, buildD
 		CreatedAt:   time.Now().UTC(),
 		IdleTimeout: spec.IdleTimeout,
 		BuildDir:    buildDir,
+		Ports:       append([]int(nil), spec.ExposePorts...),
 	}
+	if err := checkPorts(rec.Ports); err != nil {
+		return rec, err
+	}
+	rec.PortURLs = portURLs(s, rec)
 	lifetime := spec.Lifetime
 	if lifetime <= 0 {
 		lifetime = defaults.Lifetime
@@ -547,6 +557,11 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	}
 	if tools != "" {
 		args = append(args, "--ro-bind", tools, ToolsPath)
+		// sandstep's Python client (tools_dir/python) is importable from
+		// /opt/sandstep/python, as agents' code expects it.
+		if fi, err := os.Stat(filepath.Join(s.toolsDir, "python")); s.toolsDir != "" && err == nil && fi.IsDir() {
+			args = append(args, "--symlink", ToolsPath+"/python", PythonPath)
+		}
 	}
 	for i, m := range rec.Mounts {
 		src, err := p.stageVolume(ctx, s, st, m, fmt.Sprintf("volume%d", i), uid)
@@ -724,6 +739,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	if err := p.startEgress(ctx, s, rec.ID, nw); err != nil {
 		return abort(rec.InitPID, providers.Wrap(providers.Internal, op, fmt.Errorf("the sandbox's way out: %w", err)))
 	}
+	if err := p.servePorts(s, rec); err != nil {
+		return abort(rec.InitPID, providers.Wrap(providers.Internal, op, fmt.Errorf("the sandbox's exposed ports: %w", err)))
+	}
 	if err := writeJSONFile(s.recordPath(rec.ID), rec, 0o600); err != nil {
 		return abort(rec.InitPID, providers.Wrap(providers.Internal, op, err))
 	}
@@ -879,6 +897,7 @@ func (p *Provider) cleanup(rec sandboxRecord) {
 	}
 	p.forget(rec.ID)
 	p.stopEgress(s, rec.ID)
+	p.stopPorts(rec.ID)
 	if err := rec.Cgroup.remove(); err != nil {
 		p.log.Warn("removing the sandbox's cgroups", "sandbox_id", rec.ID, "err", err)
 		return

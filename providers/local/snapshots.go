@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -306,6 +307,34 @@ func (p *Provider) GetSnapshot(ctx context.Context, slug string) (providers.Snap
 		return providers.Snapshot{}, providers.Errorf(providers.NotFound, op, "snapshot %q not found", slug)
 	}
 	return m.public(), nil
+}
+
+// ListSnapshots returns the snapshots whose labels include labels, by slug.
+// Only published snapshots (their meta written) are listed: one being built
+// is not a snapshot yet.
+func (p *Provider) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
+	s, err := p.ready()
+	if err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(filepath.Join(s.stateDir, "snapshots"))
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, "list_snapshots", err)
+	}
+	var out []providers.Snapshot
+	for _, e := range entries {
+		slug, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() || strings.HasPrefix(slug, ".") {
+			continue
+		}
+		m, err := readSnapshotMeta(s, slug)
+		if err != nil || !hasLabels(m.Labels, labels) {
+			continue
+		}
+		out = append(out, m.public())
+	}
+	slices.SortFunc(out, func(a, b providers.Snapshot) int { return strings.Compare(a.Slug, b.Slug) })
+	return out, nil
 }
 
 // DeleteSnapshot deletes a snapshot. Idempotent. Sandboxes booted from it

@@ -40,6 +40,9 @@ const (
 	opRead  = "read"
 	opList  = "list"
 	opPing  = "ping"
+	// opDial connects to a port on the sandbox's loopback and answers
+	// with the connected socket (an exposed port; ports.go).
+	opDial = "dial"
 )
 
 type request struct {
@@ -57,6 +60,9 @@ type request struct {
 	Mode   uint32 `json:"mode,omitempty"`
 	Offset int64  `json:"offset,omitempty"`
 	Limit  int64  `json:"limit,omitempty"`
+
+	// dial
+	Port int `json:"port,omitempty"`
 }
 
 // wireError carries a coded error across the socket; both ends are the same

@@ -288,6 +288,18 @@ func (c *grpcClient) DeleteSnapshot(ctx context.Context, slug string) error {
 	return fromStatus(ctx, "delete snapshot", err)
 }
 
+func (c *grpcClient) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
+	r, err := c.rpc.ListSnapshots(ctx, &pb.ListSnapshotsRequest{Labels: labels})
+	if err != nil {
+		return nil, fromStatus(ctx, "list snapshots", err)
+	}
+	var out []providers.Snapshot
+	for _, s := range r.GetSnapshots() {
+		out = append(out, snapshotFromProto(s))
+	}
+	return out, nil
+}
+
 func (c *grpcClient) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {
 	r, err := c.rpc.CreateVolume(ctx, &pb.CreateVolumeRequest{Spec: volumeSpecToProto(spec)})
 	if err != nil {

@@ -109,6 +109,7 @@ func infoToProto(i providers.Info) *pb.InfoResponse {
 			FileApi:           c.FileAPI,
 			PublicUrl:         c.PublicURL,
 			HostScopedSecrets: c.HostScopedSecrets,
+			ListSnapshots:     c.ListSnapshots,
 			NetworkModes:      modes,
 			MaxLifetime:       durToProto(c.MaxLifetime),
 			Regions:           c.Regions,
@@ -147,6 +148,7 @@ func infoFromProto(r *pb.InfoResponse) providers.Info {
 			FileAPI:           c.GetFileApi(),
 			PublicURL:         c.GetPublicUrl(),
 			HostScopedSecrets: c.GetHostScopedSecrets(),
+			ListSnapshots:     c.GetListSnapshots(),
 			NetworkModes:      modes,
 			MaxLifetime:       durFromProto(c.GetMaxLifetime()),
 			Regions:           c.GetRegions(),
@@ -201,6 +203,7 @@ func createSpecToProto(s providers.CreateSpec) *pb.CreateSpec {
 		Preemptible: s.Preemptible,
 		Flavor:      s.Flavor,
 		Region:      s.Region,
+		ExposePorts: intsToProto(s.ExposePorts),
 	}
 }
 
@@ -229,6 +232,7 @@ func createSpecFromProto(s *pb.CreateSpec) providers.CreateSpec {
 		Preemptible: s.GetPreemptible(),
 		Flavor:      s.GetFlavor(),
 		Region:      s.GetRegion(),
+		ExposePorts: intsFromProto(s.GetExposePorts()),
 	}
 }
 
@@ -244,6 +248,7 @@ func sandboxToProto(s providers.Sandbox) *pb.Sandbox {
 		CreatedAt: timeToProto(s.CreatedAt),
 		ExpiresAt: timeToProto(s.ExpiresAt),
 		Network:   usageToProto(s.Network),
+		PortUrls:  portURLsToProto(s.PortURLs),
 	}
 }
 
@@ -284,6 +289,7 @@ func sandboxFromProto(s *pb.Sandbox) providers.Sandbox {
 		CreatedAt: timeFromProto(s.GetCreatedAt()),
 		ExpiresAt: timeFromProto(s.GetExpiresAt()),
 		Network:   usageFromProto(s.GetNetwork()),
+		PortURLs:  portURLsFromProto(s.GetPortUrls()),
 	}
 }
 
@@ -426,4 +432,48 @@ func volumeFromProto(v *pb.Volume) providers.Volume {
 		SizeBytes:  v.GetSizeBytes(),
 		CreatedAt:  timeFromProto(v.GetCreatedAt()),
 	}
+}
+
+func intsToProto(v []int) []int32 {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]int32, len(v))
+	for i, n := range v {
+		out[i] = int32(n)
+	}
+	return out
+}
+
+func intsFromProto(v []int32) []int {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]int, len(v))
+	for i, n := range v {
+		out[i] = int(n)
+	}
+	return out
+}
+
+func portURLsToProto(m map[int]string) map[int32]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[int32]string, len(m))
+	for p, u := range m {
+		out[int32(p)] = u
+	}
+	return out
+}
+
+func portURLsFromProto(m map[int32]string) map[int]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[int]string, len(m))
+	for p, u := range m {
+		out[int(p)] = u
+	}
+	return out
 }

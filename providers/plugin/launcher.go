@@ -314,6 +314,13 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Closed reports whether Close was called.
+func (c *Client) Closed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Configure replaces the configuration the plugin runs with; a restarted
 // plugin gets the latest one.
 func (c *Client) Configure(ctx context.Context, cfg providers.Config) error {
@@ -394,6 +401,10 @@ func (c *Client) GetSnapshot(ctx context.Context, slug string) (providers.Snapsh
 
 func (c *Client) DeleteSnapshot(ctx context.Context, slug string) error {
 	return c.call(ctx, "delete snapshot", true, func(p *grpcClient) error { return p.DeleteSnapshot(ctx, slug) })
+}
+
+func (c *Client) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
+	return callValue(ctx, c, "list snapshots", true, func(p *grpcClient) ([]providers.Snapshot, error) { return p.ListSnapshots(ctx, labels) })
 }
 
 func (c *Client) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {

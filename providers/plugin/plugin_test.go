@@ -123,7 +123,7 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	}
 	caps := info.Capabilities
 	if info.Name != "roundtrip" || info.Version != "0.0.0-test" || info.APIVersion != providers.APIVersion ||
-		!caps.Snapshots || !caps.Volumes || !caps.NamedSandboxes || !caps.ListByLabels || !caps.ExecStreaming ||
+		!caps.Snapshots || !caps.ListSnapshots || !caps.Volumes || !caps.NamedSandboxes || !caps.ListByLabels || !caps.ExecStreaming ||
 		!caps.FileAPI || caps.PublicURL || !caps.HostScopedSecrets || caps.MaxLifetime != time.Hour || !caps.Supports(providers.NetworkAll) ||
 		!caps.Supports(providers.NetworkAllowlist) || len(caps.Regions) != 1 || caps.Regions[0] != "local" ||
 		caps.Limits.Cgroups != "v1" || caps.Limits.Volumes != "ext4-image" || !caps.Limits.Enforces(providers.LimitMemory) ||
@@ -145,6 +145,12 @@ func TestRoundTripEveryMethod(t *testing.T) {
 	}
 	if got, err := c.GetSnapshot(ctx, "deps-1"); err != nil || got.Slug != "deps-1" || !got.CreatedAt.Equal(snap.CreatedAt) {
 		t.Fatalf("get snapshot = %+v, %v", got, err)
+	}
+	if ss, err := c.ListSnapshots(ctx, map[string]string{"k": "v"}); err != nil || len(ss) != 1 || ss[0].Slug != "deps-1" || ss[0].Labels["k"] != "v" || !ss[0].CreatedAt.Equal(snap.CreatedAt) {
+		t.Fatalf("list snapshots = %+v, %v", ss, err)
+	}
+	if ss, err := c.ListSnapshots(ctx, map[string]string{"k": "other"}); err != nil || len(ss) != 0 {
+		t.Fatalf("list snapshots (no match) = %+v, %v", ss, err)
 	}
 
 	vol, err := c.CreateVolume(ctx, providers.VolumeSpec{Slug: "vol-1", Labels: map[string]string{"sandstep.session": "s1"}, CapacityMB: 64, Region: "local"})

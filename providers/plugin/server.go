@@ -369,6 +369,18 @@ func (s *server) DeleteSnapshot(ctx context.Context, r *pb.DeleteSnapshotRequest
 	return &pb.DeleteSnapshotResponse{}, nil
 }
 
+func (s *server) ListSnapshots(ctx context.Context, r *pb.ListSnapshotsRequest) (*pb.ListSnapshotsResponse, error) {
+	snaps, err := s.impl.ListSnapshots(ctx, r.GetLabels())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.ListSnapshotsResponse{Snapshots: make([]*pb.Snapshot, len(snaps))}
+	for i, snap := range snaps {
+		out.Snapshots[i] = snapshotToProto(snap)
+	}
+	return out, nil
+}
+
 func (s *server) CreateVolume(ctx context.Context, r *pb.CreateVolumeRequest) (*pb.CreateVolumeResponse, error) {
 	v, err := s.impl.CreateVolume(ctx, volumeSpecFromProto(r.GetSpec()))
 	if err != nil {

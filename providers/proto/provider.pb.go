@@ -500,8 +500,11 @@ type Capabilities struct {
 	// the value in request headers to those hosts only. Without it such a
 	// secret is a plain environment variable.
 	HostScopedSecrets bool `protobuf:"varint,12,opt,name=host_scoped_secrets,json=hostScopedSecrets,proto3" json:"host_scoped_secrets,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// ListSnapshots filters the provider's snapshots by labels (needs
+	// snapshots); without it the host never deletes old snapshots.
+	ListSnapshots bool `protobuf:"varint,13,opt,name=list_snapshots,json=listSnapshots,proto3" json:"list_snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Capabilities) Reset() {
@@ -614,6 +617,13 @@ func (x *Capabilities) GetLimits() *Limits {
 func (x *Capabilities) GetHostScopedSecrets() bool {
 	if x != nil {
 		return x.HostScopedSecrets
+	}
+	return false
+}
+
+func (x *Capabilities) GetListSnapshots() bool {
+	if x != nil {
+		return x.ListSnapshots
 	}
 	return false
 }
@@ -806,10 +816,14 @@ type CreateSpec struct {
 	Resources   *Resources           `protobuf:"bytes,10,opt,name=resources,proto3" json:"resources,omitempty"`
 	// Scheduling hints for hosted backends; a provider ignores those it has no
 	// use for.
-	Priority      int64  `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
-	Preemptible   bool   `protobuf:"varint,12,opt,name=preemptible,proto3" json:"preemptible,omitempty"`
-	Flavor        string `protobuf:"bytes,13,opt,name=flavor,proto3" json:"flavor,omitempty"`
-	Region        string `protobuf:"bytes,14,opt,name=region,proto3" json:"region,omitempty"`
+	Priority    int64  `protobuf:"varint,11,opt,name=priority,proto3" json:"priority,omitempty"`
+	Preemptible bool   `protobuf:"varint,12,opt,name=preemptible,proto3" json:"preemptible,omitempty"`
+	Flavor      string `protobuf:"bytes,13,opt,name=flavor,proto3" json:"flavor,omitempty"`
+	Region      string `protobuf:"bytes,14,opt,name=region,proto3" json:"region,omitempty"`
+	// Ports inside the sandbox to make reachable from outside it; the
+	// provider answers with Sandbox.port_urls. A provider without
+	// public_url capability ignores them.
+	ExposePorts   []int32 `protobuf:"varint,15,rep,packed,name=expose_ports,json=exposePorts,proto3" json:"expose_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -940,6 +954,13 @@ func (x *CreateSpec) GetRegion() string {
 		return x.Region
 	}
 	return ""
+}
+
+func (x *CreateSpec) GetExposePorts() []int32 {
+	if x != nil {
+		return x.ExposePorts
+	}
+	return nil
 }
 
 // Mount attaches a volume inside the sandbox.
@@ -1210,7 +1231,12 @@ type Sandbox struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// What the sandbox sent and received so far, where the provider counts
 	// it; Get fills it, List may leave it unset. Read it before Terminate.
-	Network       *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// Where each exposed port (CreateSpec.expose_ports) is reached: an
+	// http(s) URL the provider serves publicly, or "unix://<path>" of a
+	// socket on the provider's host that forwards into the sandbox's network
+	// (the host's API proxies it behind its own access token).
+	PortUrls      map[int32]string `protobuf:"bytes,11,rep,name=port_urls,json=portUrls,proto3" json:"port_urls,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1311,6 +1337,13 @@ func (x *Sandbox) GetExpiresAt() *timestamppb.Timestamp {
 func (x *Sandbox) GetNetwork() *NetworkUsage {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *Sandbox) GetPortUrls() map[int32]string {
+	if x != nil {
+		return x.PortUrls
 	}
 	return nil
 }
@@ -2996,6 +3029,95 @@ func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_provider_proto_rawDescGZIP(), []int{42}
 }
 
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// All labels must match (empty = all snapshots).
+	Labels        map[string]string `protobuf:"bytes,1,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_provider_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListSnapshotsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_provider_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_provider_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
 type CreateVolumeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Spec          *VolumeSpec            `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -3005,7 +3127,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3017,7 +3139,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[43]
+	mi := &file_provider_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3030,7 +3152,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{43}
+	return file_provider_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateVolumeRequest) GetSpec() *VolumeSpec {
@@ -3049,7 +3171,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3183,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[44]
+	mi := &file_provider_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3196,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{44}
+	return file_provider_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -3098,7 +3220,7 @@ type VolumeSpec struct {
 
 func (x *VolumeSpec) Reset() {
 	*x = VolumeSpec{}
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3232,7 @@ func (x *VolumeSpec) String() string {
 func (*VolumeSpec) ProtoMessage() {}
 
 func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[45]
+	mi := &file_provider_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3245,7 @@ func (x *VolumeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeSpec.ProtoReflect.Descriptor instead.
 func (*VolumeSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{45}
+	return file_provider_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VolumeSpec) GetSlug() string {
@@ -3169,7 +3291,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3303,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[46]
+	mi := &file_provider_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3316,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{46}
+	return file_provider_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Volume) GetSlug() string {
@@ -3241,7 +3363,7 @@ type GetVolumeRequest struct {
 
 func (x *GetVolumeRequest) Reset() {
 	*x = GetVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3375,7 @@ func (x *GetVolumeRequest) String() string {
 func (*GetVolumeRequest) ProtoMessage() {}
 
 func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[47]
+	mi := &file_provider_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3388,7 @@ func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
 func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{47}
+	return file_provider_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetVolumeRequest) GetSlug() string {
@@ -3285,7 +3407,7 @@ type GetVolumeResponse struct {
 
 func (x *GetVolumeResponse) Reset() {
 	*x = GetVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3419,7 @@ func (x *GetVolumeResponse) String() string {
 func (*GetVolumeResponse) ProtoMessage() {}
 
 func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[48]
+	mi := &file_provider_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3432,7 @@ func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
 func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{48}
+	return file_provider_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetVolumeResponse) GetVolume() *Volume {
@@ -3329,7 +3451,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3341,7 +3463,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[49]
+	mi := &file_provider_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3354,7 +3476,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{49}
+	return file_provider_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteVolumeRequest) GetSlug() string {
@@ -3372,7 +3494,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3506,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[50]
+	mi := &file_provider_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3519,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{50}
+	return file_provider_proto_rawDescGZIP(), []int{52}
 }
 
 type ListVolumesRequest struct {
@@ -3410,7 +3532,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3422,7 +3544,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[51]
+	mi := &file_provider_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3435,7 +3557,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{51}
+	return file_provider_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListVolumesRequest) GetLabels() map[string]string {
@@ -3454,7 +3576,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_provider_proto_msgTypes[52]
+	mi := &file_provider_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3588,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[52]
+	mi := &file_provider_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3601,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{52}
+	return file_provider_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -3503,7 +3625,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_provider_proto_msgTypes[53]
+	mi := &file_provider_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3637,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[53]
+	mi := &file_provider_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3650,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{53}
+	return file_provider_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -3580,7 +3702,7 @@ const file_provider_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1f\n" +
 	"\vapi_version\x18\x03 \x01(\x03R\n" +
 	"apiVersion\x12F\n" +
-	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\xd9\x03\n" +
+	"\fcapabilities\x18\x04 \x01(\v2\".sandstep.provider.v1.CapabilitiesR\fcapabilities\"\x80\x04\n" +
 	"\fCapabilities\x12\x1c\n" +
 	"\tsnapshots\x18\x01 \x01(\bR\tsnapshots\x12\x18\n" +
 	"\avolumes\x18\x02 \x01(\bR\avolumes\x12'\n" +
@@ -3595,7 +3717,8 @@ const file_provider_proto_rawDesc = "" +
 	"\aregions\x18\n" +
 	" \x03(\tR\aregions\x124\n" +
 	"\x06limits\x18\v \x01(\v2\x1c.sandstep.provider.v1.LimitsR\x06limits\x12.\n" +
-	"\x13host_scoped_secrets\x18\f \x01(\bR\x11hostScopedSecrets\"X\n" +
+	"\x13host_scoped_secrets\x18\f \x01(\bR\x11hostScopedSecrets\x12%\n" +
+	"\x0elist_snapshots\x18\r \x01(\bR\rlistSnapshots\"X\n" +
 	"\x06Limits\x12\x18\n" +
 	"\acgroups\x18\x01 \x01(\tR\acgroups\x12\x18\n" +
 	"\avolumes\x18\x02 \x01(\tR\avolumes\x12\x1a\n" +
@@ -3603,7 +3726,7 @@ const file_provider_proto_rawDesc = "" +
 	"\rCreateRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .sandstep.provider.v1.CreateSpecR\x04spec\"I\n" +
 	"\x0eCreateResponse\x127\n" +
-	"\asandbox\x18\x01 \x01(\v2\x1d.sandstep.provider.v1.SandboxR\asandbox\"\x80\x06\n" +
+	"\asandbox\x18\x01 \x01(\v2\x1d.sandstep.provider.v1.SandboxR\asandbox\"\xa3\x06\n" +
 	"\n" +
 	"CreateSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12D\n" +
@@ -3620,7 +3743,8 @@ const file_provider_proto_rawDesc = "" +
 	"\bpriority\x18\v \x01(\x03R\bpriority\x12 \n" +
 	"\vpreemptible\x18\f \x01(\bR\vpreemptible\x12\x16\n" +
 	"\x06flavor\x18\r \x01(\tR\x06flavor\x12\x16\n" +
-	"\x06region\x18\x0e \x01(\tR\x06region\x1a9\n" +
+	"\x06region\x18\x0e \x01(\tR\x06region\x12!\n" +
+	"\fexpose_ports\x18\x0f \x03(\x05R\vexposePorts\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a6\n" +
@@ -3642,7 +3766,7 @@ const file_provider_proto_rawDesc = "" +
 	"\tResources\x12\x1b\n" +
 	"\tmemory_mb\x18\x01 \x01(\x03R\bmemoryMb\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\x01R\x04cpus\x12\x17\n" +
-	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xe5\x03\n" +
+	"\adisk_mb\x18\x03 \x01(\x03R\x06diskMb\"\xec\x04\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12A\n" +
@@ -3657,9 +3781,13 @@ const file_provider_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12<\n" +
 	"\anetwork\x18\n" +
-	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x1a9\n" +
+	" \x01(\v2\".sandstep.provider.v1.NetworkUsageR\anetwork\x12H\n" +
+	"\tport_urls\x18\v \x03(\v2+.sandstep.provider.v1.Sandbox.PortUrlsEntryR\bportUrls\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rPortUrlsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x01\n" +
 	"\fNetworkUsage\x12\x1b\n" +
 	"\tbytes_out\x18\x01 \x01(\x03R\bbytesOut\x12\x19\n" +
@@ -3779,7 +3907,14 @@ const file_provider_proto_rawDesc = "" +
 	"\bsnapshot\x18\x01 \x01(\v2\x1e.sandstep.provider.v1.SnapshotR\bsnapshot\"+\n" +
 	"\x15DeleteSnapshotRequest\x12\x12\n" +
 	"\x04slug\x18\x01 \x01(\tR\x04slug\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"K\n" +
+	"\x16DeleteSnapshotResponse\"\xa1\x01\n" +
+	"\x14ListSnapshotsRequest\x12N\n" +
+	"\x06labels\x18\x01 \x03(\v26.sandstep.provider.v1.ListSnapshotsRequest.LabelsEntryR\x06labels\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x15ListSnapshotsResponse\x12<\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x1e.sandstep.provider.v1.SnapshotR\tsnapshots\"K\n" +
 	"\x13CreateVolumeRequest\x124\n" +
 	"\x04spec\x18\x01 \x01(\v2 .sandstep.provider.v1.VolumeSpecR\x04spec\"L\n" +
 	"\x14CreateVolumeResponse\x124\n" +
@@ -3836,7 +3971,7 @@ const file_provider_proto_rawDesc = "" +
 	"\x1cERROR_CODE_PERMISSION_DENIED\x10\b\x12\"\n" +
 	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\t\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\n" +
-	"2\xc1\f\n" +
+	"2\xab\r\n" +
 	"\bProvider\x12\\\n" +
 	"\tConfigure\x12&.sandstep.provider.v1.ConfigureRequest\x1a'.sandstep.provider.v1.ConfigureResponse\x12M\n" +
 	"\x04Info\x12!.sandstep.provider.v1.InfoRequest\x1a\".sandstep.provider.v1.InfoResponse\x12S\n" +
@@ -3850,7 +3985,8 @@ const file_provider_proto_rawDesc = "" +
 	"\tListFiles\x12&.sandstep.provider.v1.ListFilesRequest\x1a'.sandstep.provider.v1.ListFilesResponse\x12k\n" +
 	"\x0eEnsureSnapshot\x12+.sandstep.provider.v1.EnsureSnapshotRequest\x1a,.sandstep.provider.v1.EnsureSnapshotResponse\x12b\n" +
 	"\vGetSnapshot\x12(.sandstep.provider.v1.GetSnapshotRequest\x1a).sandstep.provider.v1.GetSnapshotResponse\x12k\n" +
-	"\x0eDeleteSnapshot\x12+.sandstep.provider.v1.DeleteSnapshotRequest\x1a,.sandstep.provider.v1.DeleteSnapshotResponse\x12e\n" +
+	"\x0eDeleteSnapshot\x12+.sandstep.provider.v1.DeleteSnapshotRequest\x1a,.sandstep.provider.v1.DeleteSnapshotResponse\x12h\n" +
+	"\rListSnapshots\x12*.sandstep.provider.v1.ListSnapshotsRequest\x1a+.sandstep.provider.v1.ListSnapshotsResponse\x12e\n" +
 	"\fCreateVolume\x12).sandstep.provider.v1.CreateVolumeRequest\x1a*.sandstep.provider.v1.CreateVolumeResponse\x12\\\n" +
 	"\tGetVolume\x12&.sandstep.provider.v1.GetVolumeRequest\x1a'.sandstep.provider.v1.GetVolumeResponse\x12e\n" +
 	"\fDeleteVolume\x12).sandstep.provider.v1.DeleteVolumeRequest\x1a*.sandstep.provider.v1.DeleteVolumeResponse\x12b\n" +
@@ -3869,7 +4005,7 @@ func file_provider_proto_rawDescGZIP() []byte {
 }
 
 var file_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_provider_proto_goTypes = []any{
 	(ErrorCode)(0),                 // 0: sandstep.provider.v1.ErrorCode
 	(*ConfigureRequest)(nil),       // 1: sandstep.provider.v1.ConfigureRequest
@@ -3915,125 +4051,134 @@ var file_provider_proto_goTypes = []any{
 	(*GetSnapshotResponse)(nil),    // 41: sandstep.provider.v1.GetSnapshotResponse
 	(*DeleteSnapshotRequest)(nil),  // 42: sandstep.provider.v1.DeleteSnapshotRequest
 	(*DeleteSnapshotResponse)(nil), // 43: sandstep.provider.v1.DeleteSnapshotResponse
-	(*CreateVolumeRequest)(nil),    // 44: sandstep.provider.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 45: sandstep.provider.v1.CreateVolumeResponse
-	(*VolumeSpec)(nil),             // 46: sandstep.provider.v1.VolumeSpec
-	(*Volume)(nil),                 // 47: sandstep.provider.v1.Volume
-	(*GetVolumeRequest)(nil),       // 48: sandstep.provider.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),      // 49: sandstep.provider.v1.GetVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 50: sandstep.provider.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 51: sandstep.provider.v1.DeleteVolumeResponse
-	(*ListVolumesRequest)(nil),     // 52: sandstep.provider.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 53: sandstep.provider.v1.ListVolumesResponse
-	(*Error)(nil),                  // 54: sandstep.provider.v1.Error
-	nil,                            // 55: sandstep.provider.v1.ConfigureRequest.SecretsEntry
-	nil,                            // 56: sandstep.provider.v1.CreateSpec.LabelsEntry
-	nil,                            // 57: sandstep.provider.v1.CreateSpec.EnvEntry
-	nil,                            // 58: sandstep.provider.v1.Sandbox.LabelsEntry
-	nil,                            // 59: sandstep.provider.v1.ListRequest.LabelsEntry
-	nil,                            // 60: sandstep.provider.v1.ExecStart.EnvEntry
-	nil,                            // 61: sandstep.provider.v1.SnapshotSpec.EnvEntry
-	nil,                            // 62: sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	nil,                            // 63: sandstep.provider.v1.Snapshot.LabelsEntry
-	nil,                            // 64: sandstep.provider.v1.VolumeSpec.LabelsEntry
-	nil,                            // 65: sandstep.provider.v1.Volume.LabelsEntry
-	nil,                            // 66: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	(*durationpb.Duration)(nil),    // 67: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 68: google.protobuf.Timestamp
+	(*ListSnapshotsRequest)(nil),   // 44: sandstep.provider.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 45: sandstep.provider.v1.ListSnapshotsResponse
+	(*CreateVolumeRequest)(nil),    // 46: sandstep.provider.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),   // 47: sandstep.provider.v1.CreateVolumeResponse
+	(*VolumeSpec)(nil),             // 48: sandstep.provider.v1.VolumeSpec
+	(*Volume)(nil),                 // 49: sandstep.provider.v1.Volume
+	(*GetVolumeRequest)(nil),       // 50: sandstep.provider.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),      // 51: sandstep.provider.v1.GetVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 52: sandstep.provider.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 53: sandstep.provider.v1.DeleteVolumeResponse
+	(*ListVolumesRequest)(nil),     // 54: sandstep.provider.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 55: sandstep.provider.v1.ListVolumesResponse
+	(*Error)(nil),                  // 56: sandstep.provider.v1.Error
+	nil,                            // 57: sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	nil,                            // 58: sandstep.provider.v1.CreateSpec.LabelsEntry
+	nil,                            // 59: sandstep.provider.v1.CreateSpec.EnvEntry
+	nil,                            // 60: sandstep.provider.v1.Sandbox.LabelsEntry
+	nil,                            // 61: sandstep.provider.v1.Sandbox.PortUrlsEntry
+	nil,                            // 62: sandstep.provider.v1.ListRequest.LabelsEntry
+	nil,                            // 63: sandstep.provider.v1.ExecStart.EnvEntry
+	nil,                            // 64: sandstep.provider.v1.SnapshotSpec.EnvEntry
+	nil,                            // 65: sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	nil,                            // 66: sandstep.provider.v1.Snapshot.LabelsEntry
+	nil,                            // 67: sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
+	nil,                            // 68: sandstep.provider.v1.VolumeSpec.LabelsEntry
+	nil,                            // 69: sandstep.provider.v1.Volume.LabelsEntry
+	nil,                            // 70: sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	(*durationpb.Duration)(nil),    // 71: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 72: google.protobuf.Timestamp
 }
 var file_provider_proto_depIdxs = []int32{
-	55, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
+	57, // 0: sandstep.provider.v1.ConfigureRequest.secrets:type_name -> sandstep.provider.v1.ConfigureRequest.SecretsEntry
 	3,  // 1: sandstep.provider.v1.ConfigureRequest.defaults:type_name -> sandstep.provider.v1.SandboxDefaults
-	67, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
-	67, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
-	67, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
+	71, // 2: sandstep.provider.v1.SandboxDefaults.lifetime:type_name -> google.protobuf.Duration
+	71, // 3: sandstep.provider.v1.SandboxDefaults.idle_timeout:type_name -> google.protobuf.Duration
+	71, // 4: sandstep.provider.v1.SandboxDefaults.exec_timeout:type_name -> google.protobuf.Duration
 	13, // 5: sandstep.provider.v1.SandboxDefaults.network:type_name -> sandstep.provider.v1.NetworkPolicy
 	6,  // 6: sandstep.provider.v1.InfoResponse.capabilities:type_name -> sandstep.provider.v1.Capabilities
-	67, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
+	71, // 7: sandstep.provider.v1.Capabilities.max_lifetime:type_name -> google.protobuf.Duration
 	7,  // 8: sandstep.provider.v1.Capabilities.limits:type_name -> sandstep.provider.v1.Limits
 	10, // 9: sandstep.provider.v1.CreateRequest.spec:type_name -> sandstep.provider.v1.CreateSpec
 	15, // 10: sandstep.provider.v1.CreateResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	56, // 11: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
+	58, // 11: sandstep.provider.v1.CreateSpec.labels:type_name -> sandstep.provider.v1.CreateSpec.LabelsEntry
 	11, // 12: sandstep.provider.v1.CreateSpec.mounts:type_name -> sandstep.provider.v1.Mount
-	57, // 13: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
+	59, // 13: sandstep.provider.v1.CreateSpec.env:type_name -> sandstep.provider.v1.CreateSpec.EnvEntry
 	12, // 14: sandstep.provider.v1.CreateSpec.secrets:type_name -> sandstep.provider.v1.Secret
 	13, // 15: sandstep.provider.v1.CreateSpec.network:type_name -> sandstep.provider.v1.NetworkPolicy
-	67, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
-	67, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
+	71, // 16: sandstep.provider.v1.CreateSpec.lifetime:type_name -> google.protobuf.Duration
+	71, // 17: sandstep.provider.v1.CreateSpec.idle_timeout:type_name -> google.protobuf.Duration
 	14, // 18: sandstep.provider.v1.CreateSpec.resources:type_name -> sandstep.provider.v1.Resources
-	58, // 19: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
+	60, // 19: sandstep.provider.v1.Sandbox.labels:type_name -> sandstep.provider.v1.Sandbox.LabelsEntry
 	11, // 20: sandstep.provider.v1.Sandbox.mounts:type_name -> sandstep.provider.v1.Mount
-	68, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	68, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	72, // 21: sandstep.provider.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	72, // 22: sandstep.provider.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	16, // 23: sandstep.provider.v1.Sandbox.network:type_name -> sandstep.provider.v1.NetworkUsage
-	15, // 24: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
-	59, // 25: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
-	15, // 26: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
-	24, // 27: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
-	25, // 28: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
-	60, // 29: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
-	67, // 30: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
-	27, // 31: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
-	67, // 32: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
-	29, // 33: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
-	35, // 34: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
-	68, // 35: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	38, // 36: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
-	39, // 37: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	61, // 38: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
-	62, // 39: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
-	67, // 40: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
-	63, // 41: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
-	68, // 42: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	39, // 43: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
-	46, // 44: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
-	47, // 45: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	64, // 46: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
-	65, // 47: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
-	68, // 48: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	47, // 49: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
-	66, // 50: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
-	47, // 51: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
-	0,  // 52: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
-	1,  // 53: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
-	4,  // 54: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
-	8,  // 55: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
-	17, // 56: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
-	19, // 57: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
-	21, // 58: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
-	23, // 59: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
-	28, // 60: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
-	31, // 61: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
-	33, // 62: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
-	36, // 63: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
-	40, // 64: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
-	42, // 65: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
-	44, // 66: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
-	48, // 67: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
-	50, // 68: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
-	52, // 69: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
-	2,  // 70: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
-	5,  // 71: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
-	9,  // 72: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
-	18, // 73: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
-	20, // 74: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
-	22, // 75: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
-	26, // 76: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
-	30, // 77: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
-	32, // 78: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
-	34, // 79: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
-	37, // 80: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
-	41, // 81: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
-	43, // 82: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
-	45, // 83: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
-	49, // 84: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
-	51, // 85: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
-	53, // 86: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
-	70, // [70:87] is the sub-list for method output_type
-	53, // [53:70] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	61, // 24: sandstep.provider.v1.Sandbox.port_urls:type_name -> sandstep.provider.v1.Sandbox.PortUrlsEntry
+	15, // 25: sandstep.provider.v1.GetResponse.sandbox:type_name -> sandstep.provider.v1.Sandbox
+	62, // 26: sandstep.provider.v1.ListRequest.labels:type_name -> sandstep.provider.v1.ListRequest.LabelsEntry
+	15, // 27: sandstep.provider.v1.ListResponse.sandboxes:type_name -> sandstep.provider.v1.Sandbox
+	24, // 28: sandstep.provider.v1.ExecRequest.start:type_name -> sandstep.provider.v1.ExecStart
+	25, // 29: sandstep.provider.v1.ExecRequest.close_stdin:type_name -> sandstep.provider.v1.CloseStdin
+	63, // 30: sandstep.provider.v1.ExecStart.env:type_name -> sandstep.provider.v1.ExecStart.EnvEntry
+	71, // 31: sandstep.provider.v1.ExecStart.timeout:type_name -> google.protobuf.Duration
+	27, // 32: sandstep.provider.v1.ExecResponse.exit:type_name -> sandstep.provider.v1.ExecExit
+	71, // 33: sandstep.provider.v1.ExecExit.duration:type_name -> google.protobuf.Duration
+	29, // 34: sandstep.provider.v1.WriteFileRequest.header:type_name -> sandstep.provider.v1.WriteFileHeader
+	35, // 35: sandstep.provider.v1.ListFilesResponse.files:type_name -> sandstep.provider.v1.FileInfo
+	72, // 36: sandstep.provider.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	38, // 37: sandstep.provider.v1.EnsureSnapshotRequest.spec:type_name -> sandstep.provider.v1.SnapshotSpec
+	39, // 38: sandstep.provider.v1.EnsureSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	64, // 39: sandstep.provider.v1.SnapshotSpec.env:type_name -> sandstep.provider.v1.SnapshotSpec.EnvEntry
+	65, // 40: sandstep.provider.v1.SnapshotSpec.labels:type_name -> sandstep.provider.v1.SnapshotSpec.LabelsEntry
+	71, // 41: sandstep.provider.v1.SnapshotSpec.timeout:type_name -> google.protobuf.Duration
+	66, // 42: sandstep.provider.v1.Snapshot.labels:type_name -> sandstep.provider.v1.Snapshot.LabelsEntry
+	72, // 43: sandstep.provider.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	39, // 44: sandstep.provider.v1.GetSnapshotResponse.snapshot:type_name -> sandstep.provider.v1.Snapshot
+	67, // 45: sandstep.provider.v1.ListSnapshotsRequest.labels:type_name -> sandstep.provider.v1.ListSnapshotsRequest.LabelsEntry
+	39, // 46: sandstep.provider.v1.ListSnapshotsResponse.snapshots:type_name -> sandstep.provider.v1.Snapshot
+	48, // 47: sandstep.provider.v1.CreateVolumeRequest.spec:type_name -> sandstep.provider.v1.VolumeSpec
+	49, // 48: sandstep.provider.v1.CreateVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	68, // 49: sandstep.provider.v1.VolumeSpec.labels:type_name -> sandstep.provider.v1.VolumeSpec.LabelsEntry
+	69, // 50: sandstep.provider.v1.Volume.labels:type_name -> sandstep.provider.v1.Volume.LabelsEntry
+	72, // 51: sandstep.provider.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	49, // 52: sandstep.provider.v1.GetVolumeResponse.volume:type_name -> sandstep.provider.v1.Volume
+	70, // 53: sandstep.provider.v1.ListVolumesRequest.labels:type_name -> sandstep.provider.v1.ListVolumesRequest.LabelsEntry
+	49, // 54: sandstep.provider.v1.ListVolumesResponse.volumes:type_name -> sandstep.provider.v1.Volume
+	0,  // 55: sandstep.provider.v1.Error.code:type_name -> sandstep.provider.v1.ErrorCode
+	1,  // 56: sandstep.provider.v1.Provider.Configure:input_type -> sandstep.provider.v1.ConfigureRequest
+	4,  // 57: sandstep.provider.v1.Provider.Info:input_type -> sandstep.provider.v1.InfoRequest
+	8,  // 58: sandstep.provider.v1.Provider.Create:input_type -> sandstep.provider.v1.CreateRequest
+	17, // 59: sandstep.provider.v1.Provider.Get:input_type -> sandstep.provider.v1.GetRequest
+	19, // 60: sandstep.provider.v1.Provider.List:input_type -> sandstep.provider.v1.ListRequest
+	21, // 61: sandstep.provider.v1.Provider.Terminate:input_type -> sandstep.provider.v1.TerminateRequest
+	23, // 62: sandstep.provider.v1.Provider.Exec:input_type -> sandstep.provider.v1.ExecRequest
+	28, // 63: sandstep.provider.v1.Provider.WriteFile:input_type -> sandstep.provider.v1.WriteFileRequest
+	31, // 64: sandstep.provider.v1.Provider.ReadFile:input_type -> sandstep.provider.v1.ReadFileRequest
+	33, // 65: sandstep.provider.v1.Provider.ListFiles:input_type -> sandstep.provider.v1.ListFilesRequest
+	36, // 66: sandstep.provider.v1.Provider.EnsureSnapshot:input_type -> sandstep.provider.v1.EnsureSnapshotRequest
+	40, // 67: sandstep.provider.v1.Provider.GetSnapshot:input_type -> sandstep.provider.v1.GetSnapshotRequest
+	42, // 68: sandstep.provider.v1.Provider.DeleteSnapshot:input_type -> sandstep.provider.v1.DeleteSnapshotRequest
+	44, // 69: sandstep.provider.v1.Provider.ListSnapshots:input_type -> sandstep.provider.v1.ListSnapshotsRequest
+	46, // 70: sandstep.provider.v1.Provider.CreateVolume:input_type -> sandstep.provider.v1.CreateVolumeRequest
+	50, // 71: sandstep.provider.v1.Provider.GetVolume:input_type -> sandstep.provider.v1.GetVolumeRequest
+	52, // 72: sandstep.provider.v1.Provider.DeleteVolume:input_type -> sandstep.provider.v1.DeleteVolumeRequest
+	54, // 73: sandstep.provider.v1.Provider.ListVolumes:input_type -> sandstep.provider.v1.ListVolumesRequest
+	2,  // 74: sandstep.provider.v1.Provider.Configure:output_type -> sandstep.provider.v1.ConfigureResponse
+	5,  // 75: sandstep.provider.v1.Provider.Info:output_type -> sandstep.provider.v1.InfoResponse
+	9,  // 76: sandstep.provider.v1.Provider.Create:output_type -> sandstep.provider.v1.CreateResponse
+	18, // 77: sandstep.provider.v1.Provider.Get:output_type -> sandstep.provider.v1.GetResponse
+	20, // 78: sandstep.provider.v1.Provider.List:output_type -> sandstep.provider.v1.ListResponse
+	22, // 79: sandstep.provider.v1.Provider.Terminate:output_type -> sandstep.provider.v1.TerminateResponse
+	26, // 80: sandstep.provider.v1.Provider.Exec:output_type -> sandstep.provider.v1.ExecResponse
+	30, // 81: sandstep.provider.v1.Provider.WriteFile:output_type -> sandstep.provider.v1.WriteFileResponse
+	32, // 82: sandstep.provider.v1.Provider.ReadFile:output_type -> sandstep.provider.v1.ReadFileResponse
+	34, // 83: sandstep.provider.v1.Provider.ListFiles:output_type -> sandstep.provider.v1.ListFilesResponse
+	37, // 84: sandstep.provider.v1.Provider.EnsureSnapshot:output_type -> sandstep.provider.v1.EnsureSnapshotResponse
+	41, // 85: sandstep.provider.v1.Provider.GetSnapshot:output_type -> sandstep.provider.v1.GetSnapshotResponse
+	43, // 86: sandstep.provider.v1.Provider.DeleteSnapshot:output_type -> sandstep.provider.v1.DeleteSnapshotResponse
+	45, // 87: sandstep.provider.v1.Provider.ListSnapshots:output_type -> sandstep.provider.v1.ListSnapshotsResponse
+	47, // 88: sandstep.provider.v1.Provider.CreateVolume:output_type -> sandstep.provider.v1.CreateVolumeResponse
+	51, // 89: sandstep.provider.v1.Provider.GetVolume:output_type -> sandstep.provider.v1.GetVolumeResponse
+	53, // 90: sandstep.provider.v1.Provider.DeleteVolume:output_type -> sandstep.provider.v1.DeleteVolumeResponse
+	55, // 91: sandstep.provider.v1.Provider.ListVolumes:output_type -> sandstep.provider.v1.ListVolumesResponse
+	74, // [74:92] is the sub-list for method output_type
+	56, // [56:74] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_provider_proto_init() }
@@ -4061,7 +4206,7 @@ func file_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   66,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

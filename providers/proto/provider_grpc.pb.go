@@ -78,6 +78,7 @@ const (
 	Provider_EnsureSnapshot_FullMethodName = "/sandstep.provider.v1.Provider/EnsureSnapshot"
 	Provider_GetSnapshot_FullMethodName    = "/sandstep.provider.v1.Provider/GetSnapshot"
 	Provider_DeleteSnapshot_FullMethodName = "/sandstep.provider.v1.Provider/DeleteSnapshot"
+	Provider_ListSnapshots_FullMethodName  = "/sandstep.provider.v1.Provider/ListSnapshots"
 	Provider_CreateVolume_FullMethodName   = "/sandstep.provider.v1.Provider/CreateVolume"
 	Provider_GetVolume_FullMethodName      = "/sandstep.provider.v1.Provider/GetVolume"
 	Provider_DeleteVolume_FullMethodName   = "/sandstep.provider.v1.Provider/DeleteVolume"
@@ -221,6 +222,14 @@ type ProviderClient interface {
 	//
 	// Errors: UNIMPLEMENTED without snapshots; UNAVAILABLE.
 	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// ListSnapshots returns the snapshots carrying all of the given labels
+	// (all snapshots when none are given), each with the labels it was built
+	// with. No side effects. The host's snapshot cleanup relies on it: a
+	// provider that cannot list does not claim list_snapshots, and its old
+	// snapshots are left alone.
+	//
+	// Errors: UNIMPLEMENTED without list_snapshots; UNAVAILABLE.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
 	// CreateVolume creates a volume, or returns the existing one with the
 	// same slug unchanged (idempotent).
 	//
@@ -392,6 +401,16 @@ func (c *providerClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DeleteSnapshotResponse)
 	err := c.cc.Invoke(ctx, Provider_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *providerClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, Provider_ListSnapshots_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -575,6 +594,14 @@ type ProviderServer interface {
 	//
 	// Errors: UNIMPLEMENTED without snapshots; UNAVAILABLE.
 	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// ListSnapshots returns the snapshots carrying all of the given labels
+	// (all snapshots when none are given), each with the labels it was built
+	// with. No side effects. The host's snapshot cleanup relies on it: a
+	// provider that cannot list does not claim list_snapshots, and its old
+	// snapshots are left alone.
+	//
+	// Errors: UNIMPLEMENTED without list_snapshots; UNAVAILABLE.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
 	// CreateVolume creates a volume, or returns the existing one with the
 	// same slug unchanged (idempotent).
 	//
@@ -645,6 +672,9 @@ func (UnimplementedProviderServer) GetSnapshot(context.Context, *GetSnapshotRequ
 }
 func (UnimplementedProviderServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedProviderServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
 }
 func (UnimplementedProviderServer) CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateVolume not implemented")
@@ -884,6 +914,24 @@ func _Provider_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ProviderServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Provider_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ProviderServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Provider_CreateVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateVolumeRequest)
 	if err := dec(in); err != nil {
@@ -1002,6 +1050,10 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSnapshot",
 			Handler:    _Provider_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _Provider_ListSnapshots_Handler,
 		},
 		{
 			MethodName: "CreateVolume",

@@ -125,6 +125,7 @@ func New() *Provider {
 			ExecStreaming:     true,
 			FileAPI:           true,
 			HostScopedSecrets: true,
+			ListSnapshots:     true,
 			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
 			MaxLifetime:       time.Hour,
 			Regions:           []string{"local"},
@@ -652,6 +653,22 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	defer p.mu.Unlock()
 	delete(p.snapshots, slug)
 	return nil
+}
+
+func (p *Provider) ListSnapshots(ctx context.Context, labels map[string]string) ([]providers.Snapshot, error) {
+	if err := p.enter("ListSnapshots", ""); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []providers.Snapshot
+	for _, s := range p.snapshots {
+		if hasLabels(s.Labels, labels) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b providers.Snapshot) int { return strings.Compare(a.Slug, b.Slug) })
+	return out, nil
 }
 
 func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) (providers.Volume, error) {

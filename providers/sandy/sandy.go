@@ -81,7 +81,15 @@ type record struct {
 	name      string
 	labels    map[string]string
 	expiresAt time.Time
+	// ports are the asked exposed ports; Sandy's public URL serves only
+	// sandyPublicPort of them.
+	ports []int
 }
+
+// sandyPublicPort is the one port Sandy's public URL proxies (the runtime
+// port, sandy-api.md section 10); other ports of CreateSpec.ExposePorts get
+// no URL.
+const sandyPublicPort = 5173
 
 var _ providers.Provider = (*Provider)(nil)
 
@@ -237,6 +245,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 	if cfg.s.Upstream != "" {
 		body["upstream"] = cfg.s.Upstream
 	}
+	if len(spec.ExposePorts) > 0 {
+		body["expose_ports"] = spec.ExposePorts
+	}
 	if lifetime > 0 {
 		// Sandy's own expiry is authoritative; whether it honours the asked
 		// lifetime shows in timeoutAt.
@@ -257,7 +268,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		p.abandon(ctx, cfg, info.ID)
 		return providers.Sandbox{}, err
 	}
-	rec := &record{name: spec.Name, labels: maps.Clone(spec.Labels), expiresAt: info.TimeoutAt}
+	rec := &record{name: spec.Name, labels: maps.Clone(spec.Labels), expiresAt: info.TimeoutAt, ports: slices.Clone(spec.ExposePorts)}
 	p.mu.Lock()
 	p.prune(time.Now())
 	p.records[info.ID] = rec
@@ -354,6 +365,9 @@ func (p *Provider) sandbox(info sandboxInfo, rec *record, state providers.Sandbo
 	if rec != nil {
 		sb.Name = rec.name
 		sb.Labels = maps.Clone(rec.labels)
+		if info.URL != "" && slices.Contains(rec.ports, sandyPublicPort) {
+			sb.PortURLs = map[int]string{sandyPublicPort: info.URL}
+		}
 	}
 	return sb
 }

@@ -326,3 +326,23 @@ func TestConfigure(t *testing.T) {
 		wantCode(t, c.name, err, providers.InvalidArgument)
 	}
 }
+
+// TestExposedPortURL: Sandy's public URL proxies its runtime port only, so
+// of the exposed ports only 5173 gets a URL, the create's own, through the
+// plugin protocol.
+func TestExposedPortURL(t *testing.T) {
+	f, _ := startFake(t, fakesandy.Options{})
+	p := startPlugin(t, settingsFor(f.URL, nil), testKey, nil)
+	sb, err := p.Create(t.Context(), providers.CreateSpec{Name: "web", ExposePorts: []int{3000, 5173}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Terminate(t.Context(), sb.ID)
+	if sb.PublicURL == "" || len(sb.PortURLs) != 1 || sb.PortURLs[5173] != sb.PublicURL {
+		t.Errorf("Create: public URL %q, port URLs %v", sb.PublicURL, sb.PortURLs)
+	}
+	got, err := p.Get(t.Context(), sb.ID)
+	if err != nil || got.PortURLs[5173] != sb.PublicURL || got.PortURLs[3000] != "" {
+		t.Errorf("Get: %v %v", got.PortURLs, err)
+	}
+}

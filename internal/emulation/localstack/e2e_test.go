@@ -22,6 +22,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
@@ -46,7 +47,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.SandyPlugin); err == nil {
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.SandyPlugin, testbin.DenoPlugin, testbin.ModalPlugin); err == nil {
 		toolsDir, err = testbin.Build(filepath.Join(dir, "tools"), testbin.Crawler)
 	}
 	if err != nil {
@@ -63,6 +64,9 @@ func devKey(id string) string { return ids.JobKey("dev", id) }
 const (
 	token    = "e2e-token"
 	sandyKey = "e2e-sandy-key"
+	// The fake Modal's token: the tests check it appears nowhere.
+	modalTokenID     = "ak-e2emodaltokenid7f3a"
+	modalTokenSecret = "as-e2emodaltokensecret51c9"
 )
 
 // stack is a local stack behind a real HTTP server on 127.0.0.1.
@@ -85,9 +89,14 @@ type stackOpts struct {
 	wrap   func(asl.Invoker) asl.Invoker
 	config string
 	// provider is the one line of config that differs between runs on
-	// different providers; sandyURL is the fake Sandy it then talks to.
+	// different providers; sandyURL and modalURL are the fakes it then
+	// talks to.
 	provider string
 	sandyURL string
+	// deno is the fake Deno provider "deno" talks to.
+	deno *fakedeno.Running
+	// modalURL is the fake Modal provider "modal" talks to.
+	modalURL string
 	// searx answers the discover phase's searches; nil: no results.
 	searx *httptest.Server
 	// allowPrivate is [sandbox] allow_private: the fixture sites the
@@ -131,7 +140,17 @@ func newStackWith(t testing.TB, o stackOpts) *stack {
 	if o.sandyURL == "" {
 		o.sandyURL = "http://127.0.0.1:1"
 	}
+	if o.modalURL == "" {
+		o.modalURL = "http://127.0.0.1:1"
+	}
 	t.Setenv("SANDSTEP_TEST_SANDY_KEY", sandyKey)
+	t.Setenv("SANDSTEP_TEST_DENO_TOKEN", denoToken)
+	denoConsole, denoSandbox := "http://127.0.0.1:1", "http://127.0.0.1:1"
+	if o.deno != nil {
+		denoConsole, denoSandbox = o.deno.ConsoleURL, o.deno.SandboxURL
+	}
+	t.Setenv("SANDSTEP_TEST_MODAL_TOKEN_ID", modalTokenID)
+	t.Setenv("SANDSTEP_TEST_MODAL_TOKEN_SECRET", modalTokenSecret)
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
@@ -146,6 +165,15 @@ dns_servers = %s
 base_url = %q
 api_key_env = "SANDSTEP_TEST_SANDY_KEY"
 retry_base_delay = "10ms"
+[provider.deno]
+token_env = "SANDSTEP_TEST_DENO_TOKEN"
+console_url = %q
+sandbox_url = %q
+[provider.modal]
+server_url = %q
+token_id_env = "SANDSTEP_TEST_MODAL_TOKEN_ID"
+token_secret_env = "SANDSTEP_TEST_MODAL_TOKEN_SECRET"
+retry_base_delay = "10ms"
 [sandbox]
 lifetime = "10m"
 allow_private = %s
@@ -154,7 +182,7 @@ dev_token_env = ""
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, dir, o.server, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
+`, dir, o.server, o.provider, pluginDir, toolsDir, tomlList(o.dnsServers), o.sandyURL, denoConsole, denoSandbox, o.modalURL, tomlList(o.allowPrivate), o.searx.URL) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)

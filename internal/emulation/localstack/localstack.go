@@ -23,8 +23,11 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/portproxy"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/reaper"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -66,7 +69,10 @@ type Options struct {
 	// ReaperInterval overrides [sessions] reaper_interval for the cleanup
 	// ticker; negative runs no ticker (tests run Reaper.Pass themselves).
 	ReaperInterval time.Duration
-	Logger         *slog.Logger
+	// Now is the clock of direct sandboxes' lifetimes, limits and
+	// idleness, and of the reaper's passes (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // Stack is the running local system.
@@ -79,6 +85,8 @@ type Stack struct {
 	// still lets the reaper judge sandboxes sessions left.
 	Sessions *sessions.Service
 	Reaper   *reaper.Reaper
+	// Direct serves /v1/sandboxes.
+	Direct *direct.Service
 	// Docs is the LLM tools' docs index, nil when sessions are off.
 	Docs *docsearch.Service
 	ddb  *ddblocal.Instance
@@ -194,6 +202,8 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Direct = direct.New(direct.Options{Config: cfg.Sandboxes, Defaults: cfg.Sandbox, Store: st,
+		Sandboxes: s.App.Phases.Sandboxes, Provider: s.Provider, Logger: log, Now: opts.Now})
 	if err := s.startSessions(ctx, opts, st); err != nil {
 		return nil, err
 	}
@@ -203,16 +213,22 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.recover(ctx, started)
 	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
-		Store:     st,
-		Executor:  s.Engine,
-		Provider:  s.Provider,
-		Auth:      auth,
-		Sessions:  s.Sessions,
-		Docs:      s.Docs,
-		Tools:     tools.SettingsFrom(cfg),
-		Logger:    log,
-		Streaming: true,
-		Server:    cfg.Server,
+		Store:      st,
+		Executor:   s.Engine,
+		Provider:   s.Provider,
+		Deployment: cfg.Provider.Deployment,
+		Auth:       auth,
+		Quotas:     quota.New(st, &cfg.Quotas),
+		Pricing:    &cfg.Pricing,
+		Sessions:   s.Sessions,
+		Sandboxes:  s.Direct,
+		PortProxy:  portproxy.New,
+		Now:        opts.Now,
+		Docs:       s.Docs,
+		Tools:      tools.SettingsFrom(cfg),
+		Logger:     log,
+		Streaming:  true,
+		Server:     cfg.Server,
 	})
 	return s, nil
 }
@@ -232,8 +248,8 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 			return err
 		}
 	}
-	s.Reaper = &reaper.Reaper{Store: st, Sandboxes: s.App.Phases.Sandboxes, Sessions: s.Sessions,
-		Executions: s.Engine, CancelGrace: opts.CancelGrace, Logger: s.log}
+	s.Reaper = &reaper.Reaper{Store: st, Sandboxes: s.App.Phases.Sandboxes, Sessions: s.Sessions, Direct: s.Direct,
+		Executions: s.Engine, CancelGrace: opts.CancelGrace, Now: opts.Now, Logger: s.log}
 	return nil
 }
 

@@ -11,6 +11,8 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
+	"github.com/sandstep/sandstep/internal/testkit/fakemodal"
 	"github.com/sandstep/sandstep/internal/testkit/fakesandy"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 )
@@ -27,20 +29,62 @@ func startFakeSandy(t testing.TB) *fakesandy.Running {
 	return fs
 }
 
+// denoToken is the organisation token of the fake Deno.
+const denoToken = "ddo_localstack_test_0b7d2e"
+
+// startFakeDeno runs the contract's fake Deno on 127.0.0.1.
+func startFakeDeno(t testing.TB) *fakedeno.Running {
+	t.Helper()
+	requireBwrap(t)
+	f, err := fakedeno.Start(fakedeno.Options{Token: denoToken, Dir: t.TempDir()}, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// startFakeModal runs the fake Modal on 127.0.0.1; when the test ends no
+// sandbox may be running on it.
+func startFakeModal(t testing.TB) *fakemodal.Running {
+	t.Helper()
+	requireBwrap(t)
+	fm, err := fakemodal.Start(fakemodal.Options{TokenID: modalTokenID, TokenSecret: modalTokenSecret, Dir: t.TempDir()}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if ids := fm.Sandboxes(); len(ids) > 0 {
+			t.Errorf("sandboxes left running on the fake Modal: %v", ids)
+		}
+		fm.Close()
+	})
+	return fm
+}
+
 // The same deep-research job on every provider: the configurations differ
 // in [provider] name alone.
 func TestResearchOnEveryProvider(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
 	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b")}
-	for _, name := range []string{"local", "sandy"} {
+	for _, name := range []string{"local", "sandy", "deno", "modal"} {
 		t.Run(name, func(t *testing.T) {
 			o := stackOpts{provider: name, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()}
 			var fake *fakesandy.Running
 			fake = startFakeSandy(t)
 			o.sandyURL = fake.URL
+			if name == "deno" {
+				o.deno = startFakeDeno(t)
+			}
+			if name == "modal" {
+				o.modalURL = startFakeModal(t).URL
+			}
 			s := newStackWith(t, o)
-			if name == "sandy" {
+			switch name {
+			case "sandy":
 				s.live = fake.Sandboxes
+			case "deno":
+				s.live = o.deno.Running
 			}
 			id := "job-on-" + name
 			s.research(t, id, "light", "balanced", seeds)
@@ -56,14 +100,20 @@ func TestResearchOnEveryProvider(t *testing.T) {
 			}
 			md := s.reportMarkdown(t, id)
 			citesOnly(t, md, srcs, store.OriginCrawl)
+			evs := s.events(t, id)
+			for _, secret := range []string{modalTokenID, modalTokenSecret, sandyKey} {
+				if strings.Contains(md, secret) || strings.Contains(fmt.Sprint(evs), secret) {
+					t.Errorf("a provider secret appears in the report or the events of the job on %s", name)
+				}
+			}
 			var how string
-			for _, e := range s.events(t, id) {
+			for _, e := range evs {
 				if m := fmt.Sprint(e["message"]); strings.HasPrefix(m, "crawler ") && e["stage"] == "setup" {
 					how = m
 				}
 			}
 			t.Logf("%s: %s", name, how)
-			if want := map[string]string{"local": "crawler mounted", "sandy": "crawler uploaded"}[name]; !strings.HasPrefix(how, want) {
+			if want := map[string]string{"local": "crawler mounted", "sandy": "crawler uploaded", "deno": "crawler uploaded", "modal": "crawler uploaded"}[name]; !strings.HasPrefix(how, want) {
 				t.Errorf("crawler delivery on %s: %q, want %q", name, how, want)
 			}
 			s.noLiveSandboxes(t, id)
@@ -82,7 +132,7 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 		wrap: func(inv asl.Invoker) asl.Invoker {
 			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(ctx context.Context, n int) error {
 				if n == 1 {
-					go preemptWhenCrawling(t, s, fake, id)
+					go preemptWhenCrawling(t, s, fake.Preempt, id)
 				}
 				return nil
 			}}
@@ -96,16 +146,46 @@ func TestPreemptedSandboxMidCrawlTakesTheFallback(t *testing.T) {
 	s.noLiveSandboxes(t, id)
 }
 
+// TestStaleModalContainerMidCrawl: Modal removes the job's container while
+// the crawler runs in it (router calls then answer NOT_FOUND, the stale
+// container of the seed's deferred list); the job still ends with a
+// report, and no sandbox is left running on the fake.
+func TestStaleModalContainerMidCrawl(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1, Latency: 3 * time.Second})
+	fake := startFakeModal(t)
+	id := "job-stale-modal"
+	var s *stack
+	seeds := []string{site.Hosts[0].Page("/a"), site.Hosts[0].Page("/b"), site.Hosts[0].Page("/c")}
+	s = newStackWith(t, stackOpts{provider: "modal", modalURL: fake.URL, config: "[research]\nrender = \"never\"\n", searx: snippetSearx(t, seeds), allowPrivate: site.AllowPrivate(),
+		wrap: func(inv asl.Invoker) asl.Invoker {
+			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(ctx context.Context, n int) error {
+				if n == 1 {
+					go preemptWhenCrawling(t, s, fake.Vanish, id)
+				}
+				return nil
+			}}
+		}})
+	job := s.research(t, id, "light", "balanced", seeds)
+	t.Logf("fallbacks: %v", fallbacks(job))
+	if len(fallbacks(job)) == 0 {
+		t.Errorf("no fallback recorded after the container vanished")
+	}
+	if md := s.reportMarkdown(t, id); strings.TrimSpace(md) == "" {
+		t.Error("no report")
+	}
+	s.noLiveSandboxes(t, id)
+}
+
 // preemptWhenCrawling makes the fake drop the job's sandbox once the
 // crawler runs in it, as Sandy does under memory pressure.
-func preemptWhenCrawling(t *testing.T, s *stack, fake *fakesandy.Running, id string) {
+func preemptWhenCrawling(t *testing.T, s *stack, drop func(string) bool, id string) {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		job, err := s.st.GetJob(context.Background(), devKey(id))
 		evs, _ := s.st.ListEvents(context.Background(), devKey(id), 0, 1000)
 		started := slices.ContainsFunc(evs, func(e store.Event) bool { return strings.Contains(string(e.Data), "crawler started") })
 		if err == nil && started && job.SandboxID != "" {
-			if !fake.Preempt(job.SandboxID) {
+			if !drop(job.SandboxID) {
 				t.Errorf("preempt %s: no such sandbox", job.SandboxID)
 			}
 			return

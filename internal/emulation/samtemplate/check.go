@@ -464,6 +464,12 @@ func (c *checker) policies(id string) {
 		if _, ok := m["Statement"]; ok {
 			continue // an inline policy document
 		}
+		if _, ok := m["Fn::If"]; ok && len(m) == 1 {
+			continue // a managed policy under a condition (checked with every intrinsic)
+		}
+		if _, ok := m["Ref"]; ok && len(m) == 1 {
+			continue // a managed policy of the template
+		}
 		if len(m) != 1 {
 			c.addf(id, "policy %v is neither a policy template nor a policy document", p)
 			continue

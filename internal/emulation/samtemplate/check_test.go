@@ -125,12 +125,18 @@ func TestRepoTemplateShape(t *testing.T) {
 	}
 	slices.Sort(routes)
 	wantRoutes := []string{
-		"DELETE /v1/sessions/{sid}",
-		"GET /", "GET /console/{file}", "GET /healthz", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report",
-		"GET /v1/openapi.json", "GET /v1/providers", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events", "GET /v1/sessions/{sid}/runs/{run}",
-		"GET /v1/tools", "POST /mcp",
-		"POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/code_modules",
-		"POST /v1/sessions/{sid}/run", "POST /v1/sessions/{sid}/search_docs",
+		"ANY /v1/sandboxes/{id}/ports/{port}", "ANY /v1/sandboxes/{id}/ports/{port}/{path+}", "DELETE /v1/sandboxes/{id}",
+		"DELETE /v1/sessions/{sid}", "GET /", "GET /api/sandboxes/{id}", "GET /api/sandboxes/{id}/files/list",
+		"GET /api/sandboxes/{id}/files/read", "GET /console/{file}", "GET /healthz", "GET /v1/jobs", "GET /v1/jobs/{id}",
+		"GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report", "GET /v1/openapi.json", "GET /v1/providers",
+		"GET /v1/sandboxes", "GET /v1/sandboxes/{id}", "GET /v1/sandboxes/{id}/artifacts/{path+}",
+		"GET /v1/sandboxes/{id}/events", "GET /v1/sandboxes/{id}/execs/{eid}", "GET /v1/sandboxes/{id}/execs/{eid}/output",
+		"GET /v1/sandboxes/{id}/files", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events",
+		"GET /v1/sessions/{sid}/runs/{run}", "GET /v1/tools", "GET /v1/usage", "POST /api/sandboxes",
+		"POST /api/sandboxes/{id}/exec", "POST /api/sandboxes/{id}/files/write", "POST /api/sandboxes/{id}/terminate",
+		"POST /mcp", "POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sandboxes", "POST /v1/sandboxes/{id}/exec",
+		"POST /v1/sandboxes/{id}/terminate", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/code_modules",
+		"POST /v1/sessions/{sid}/run", "POST /v1/sessions/{sid}/search_docs", "PUT /v1/sandboxes/{id}/files",
 	}
 	if !slices.Equal(routes, wantRoutes) {
 		t.Errorf("routes = %v, want %v", routes, wantRoutes)

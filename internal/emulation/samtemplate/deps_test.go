@@ -140,6 +140,8 @@ func TestLambdasLinkOnlyWhatTheyRun(t *testing.T) {
 				bad = append(bad, pkg+" ("+lambdaDeadWeight[pkg]+")")
 			case strings.HasPrefix(pkg, "google.golang.org/grpc/reflection"):
 				bad = append(bad, pkg+" (gRPC reflection serves tools like grpcurl; only a plugin serves, and it is not a Lambda)")
+			case strings.HasPrefix(pkg, "github.com/aws/aws-sdk-go-v2/service/secretsmanager") || strings.HasPrefix(pkg, "github.com/aws/aws-sdk-go-v2/service/ssm"):
+				bad = append(bad, pkg+" (1.1 MB: the SDK clients judge the fake in tests; internal/service/secrets reads the stores)")
 			}
 			if slices.Contains(imports, "testing") {
 				bad = append(bad, pkg+" imports testing")
@@ -148,6 +150,40 @@ func TestLambdasLinkOnlyWhatTheyRun(t *testing.T) {
 		slices.Sort(bad)
 		for _, p := range bad {
 			t.Errorf("%s (%s) links %s", id, b.pkg, p)
+		}
+	}
+}
+
+// The functions that open the provider read its secrets at init, so they,
+// and only they, get the read access template.yaml grants, and that
+// access is exactly GetSecretValue and GetParameter on the ARNs the
+// parameters list.
+func TestSecretReadsFollowTheProvider(t *testing.T) {
+	needMake(t)
+	tpl := loadRepoTemplate(t)
+	policy := tpl.Resources()["SecretStoreReadPolicy"]
+	if policy == nil || policy["Condition"] != "ReadsSecretStores" {
+		t.Fatalf("SecretStoreReadPolicy = %v, want a policy under the condition ReadsSecretStores", policy)
+	}
+	doc, _ := json.Marshal(policy["Properties"].(map[string]any)["PolicyDocument"])
+	want := `{"Statement":[` +
+		`{"Fn::If":["ReadsSecrets",{"Action":"secretsmanager:GetSecretValue","Effect":"Allow","Resource":{"Ref":"SecretReadArns"}},{"Ref":"AWS::NoValue"}]},` +
+		`{"Fn::If":["ReadsParameters",{"Action":"ssm:GetParameter","Effect":"Allow","Resource":{"Ref":"ParameterReadArns"}},{"Ref":"AWS::NoValue"}]}` +
+		`],"Version":"2012-10-17"}`
+	if string(doc) != want {
+		t.Fatalf("SecretStoreReadPolicy document:\n%s\nwant\n%s", doc, want)
+	}
+	attached := `{"Fn::If":["ReadsSecretStores",{"Ref":"SecretStoreReadPolicy"},{"Ref":"AWS::NoValue"}]}`
+	for id, b := range lambdaBuilds(t) {
+		_, opens := goDeps(t, b)[module+"internal/service/providerhost"]
+		has := false
+		for _, p := range tpl.Resources()[id]["Properties"].(map[string]any)["Policies"].([]any) {
+			if j, _ := json.Marshal(p); string(j) == attached {
+				has = true
+			}
+		}
+		if opens != has {
+			t.Errorf("%s: opens the provider %v, may read its secrets %v", id, opens, has)
 		}
 	}
 }

@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/tools"
@@ -48,14 +50,31 @@ type Options struct {
 	Executor Executor
 	// Provider answers GET /v1/providers; nil makes that route 503.
 	Provider ProviderInfo
-	Auth     *Authenticator
+	// Deployment is this stack's id ([provider] deployment; the stack
+	// name in AWS), shown by GET /v1/providers.
+	Deployment string
+	Auth       *Authenticator
 	// Sessions serves /v1/sessions; nil (or not enabled) makes those
 	// routes answer 404.
 	Sessions *sessions.Service
+	// Sandboxes serves /v1/sandboxes and the Sandy-compatible
+	// /api/sandboxes; nil makes those routes answer 404.
+	Sandboxes *direct.Service
+	// PortProxy forwards requests to a sandbox's exposed port (package
+	// portproxy); nil where the server cannot reach the provider's
+	// forwarders (the API Lambda): a port with a URL of the provider's own
+	// is then redirected to, others answer 501.
+	PortProxy func(target, prefix string, onError func(http.ResponseWriter, *http.Request, error)) (http.Handler, error)
 	// Docs runs search_docs and keeps code modules (the LLM tools, on
 	// with Sessions); Tools describes them (tools.SettingsFrom).
 	Docs  *docsearch.Service
 	Tools tools.Settings
+	// Quotas, when set, admit every new job (concurrent_jobs,
+	// jobs_per_hour); nil allows everything.
+	Quotas *quota.Enforcer
+	// Pricing, when set, turns usage into cost on GET /v1/jobs/{id} and
+	// GET /v1/usage; nil answers "cost": null.
+	Pricing *config.PricingConfig
 	// Logger gets one line per request; nil means slog.Default().
 	Logger *slog.Logger
 	// Streaming allows Server-Sent Events on the events route. Leave it off
@@ -119,7 +138,9 @@ func (s *server) register(mux *http.ServeMux) {
 	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
 	s.handle(mux, "GET /v1/providers", s.providers)
+	s.handle(mux, "GET /v1/usage", s.usage)
 	s.sessionRoutes(mux)
+	s.sandboxRoutes(mux)
 	s.toolRoutes(mux)
 	s.consoleRoutes(mux)
 }
@@ -137,7 +158,10 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request, c *call) error 
 }
 
 type providerView struct {
-	Active providerInfoView `json:"active"`
+	// Deployment is the id in the labels of everything this stack
+	// creates at the provider; its reaper touches nothing else.
+	Deployment string           `json:"deployment"`
+	Active     providerInfoView `json:"active"`
 }
 
 type providerInfoView struct {
@@ -156,6 +180,7 @@ type capabilitiesView struct {
 	FileAPI            bool                    `json:"file_api"`
 	PublicURL          bool                    `json:"public_url"`
 	HostScopedSecrets  bool                    `json:"host_scoped_secrets"`
+	ListSnapshots      bool                    `json:"list_snapshots"`
 	NetworkModes       []providers.NetworkMode `json:"network_modes"`
 	MaxLifetimeSeconds int64                   `json:"max_lifetime_seconds"`
 	Regions            []string                `json:"regions"`
@@ -181,12 +206,12 @@ func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) erro
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "the sandbox provider does not answer"}
 	}
 	caps := info.Capabilities
-	v := providerView{Active: providerInfoView{
+	v := providerView{Deployment: s.opts.Deployment, Active: providerInfoView{
 		Name: info.Name, Version: info.Version, APIVersion: info.APIVersion,
 		Capabilities: capabilitiesView{
 			Snapshots: caps.Snapshots, Volumes: caps.Volumes, NamedSandboxes: caps.NamedSandboxes,
 			ListByLabels: caps.ListByLabels, ExecStreaming: caps.ExecStreaming, FileAPI: caps.FileAPI,
-			PublicURL: caps.PublicURL, HostScopedSecrets: caps.HostScopedSecrets, NetworkModes: nonNil(caps.NetworkModes),
+			PublicURL: caps.PublicURL, HostScopedSecrets: caps.HostScopedSecrets, ListSnapshots: caps.ListSnapshots, NetworkModes: nonNil(caps.NetworkModes),
 			MaxLifetimeSeconds: int64(caps.MaxLifetime / time.Second), Regions: nonNil(caps.Regions),
 			Limits: limitsView{Cgroups: caps.Limits.Cgroups, Volumes: caps.Limits.Volumes, Enforced: nonNil(caps.Limits.Enforced)},
 		},

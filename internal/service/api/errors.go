@@ -15,6 +15,7 @@ import (
 const (
 	CodeInvalidArgument  = "invalid_argument"
 	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden" // a sandbox's token outside its scope
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
 	CodePayloadTooLarge  = "payload_too_large"

@@ -20,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/usage"
 )
 
 // Request limits. The body's is [server] max_body_bytes.
@@ -56,6 +57,14 @@ type submitBody struct {
 	Optimization string   `json:"optimization"`
 	SeedURLs     []string `json:"seed_urls"`
 	JobID        *string  `json:"job_id"`
+	// Budget bounds what the job may spend (store.JobBudget).
+	Budget *budgetBody `json:"budget"`
+}
+
+type budgetBody struct {
+	MaxCost           *float64 `json:"max_cost"`
+	MaxTokens         *int64   `json:"max_tokens"`
+	MaxSandboxSeconds *int64   `json:"max_sandbox_seconds"`
 }
 
 type links struct {
@@ -132,6 +141,14 @@ func decodeSubmit(w http.ResponseWriter, r *http.Request) (submitBody, error) {
 		}
 		body.SeedURLs = urls
 	}
+	if b := body.Budget; b != nil {
+		switch {
+		case b.MaxCost == nil && b.MaxTokens == nil && b.MaxSandboxSeconds == nil:
+			add(invalid("budget", "budget must set at least one of max_cost, max_tokens, max_sandbox_seconds"))
+		case b.MaxCost != nil && !(*b.MaxCost > 0), b.MaxTokens != nil && *b.MaxTokens <= 0, b.MaxSandboxSeconds != nil && *b.MaxSandboxSeconds <= 0:
+			add(invalid("budget", "budget's max_cost, max_tokens and max_sandbox_seconds must be greater than 0"))
+		}
+	}
 	if body.JobID != nil && !ids.Valid(*body.JobID) {
 		add(invalid("job_id", "job_id must be 1 to %d characters of A-Z, a-z, 0-9, '.', '_' and '-' (and not \".\" or \"..\")", MaxJobIDLen))
 	}
@@ -184,7 +201,10 @@ func decodeError(err error) *Error {
 		if typ.Field == "" {
 			return invalid("", "the request body must be a JSON object, not %s", jsonValue(typ.Value))
 		}
-		field, _, _ := strings.Cut(typ.Field, ".")
+		field, sub, _ := strings.Cut(typ.Field, ".")
+		if sub != "" {
+			return invalid(field, "%s must be %s, not %s", typ.Field, jsonType(typ.Field), jsonValue(typ.Value))
+		}
 		return invalid(field, "%s must be %s, not %s", field, jsonType(field), jsonValue(typ.Value))
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -211,8 +231,15 @@ func jsonValue(kind string) string {
 }
 
 func jsonType(field string) string {
-	if field == "seed_urls" {
+	switch field {
+	case "seed_urls":
 		return "an array of strings"
+	case "budget":
+		return "an object"
+	case "budget.max_cost":
+		return "a number"
+	case "budget.max_tokens", "budget.max_sandbox_seconds":
+		return "a whole number"
 	}
 	return "a string"
 }
@@ -221,6 +248,18 @@ func jsonType(field string) string {
 // submission for idempotency.
 func normalize(body submitBody) (json.RawMessage, string, error) {
 	req := store.JobRequest{Query: *body.Query, Mode: body.Mode, Optimization: body.Optimization, SeedURLs: body.SeedURLs}
+	if b := body.Budget; b != nil {
+		req.Budget = &store.JobBudget{}
+		if b.MaxCost != nil {
+			req.Budget.MaxCost = *b.MaxCost
+		}
+		if b.MaxTokens != nil {
+			req.Budget.MaxTokens = *b.MaxTokens
+		}
+		if b.MaxSandboxSeconds != nil {
+			req.Budget.MaxSandboxSeconds = *b.MaxSandboxSeconds
+		}
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -253,7 +292,17 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.jobID, c.jobKey = id, key
 	ctx, cancel := detached(r)
 	defer cancel()
+	if err := s.admit(ctx, c, key); err != nil {
+		return err
+	}
 	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: key, Tenant: c.tenant, ClientID: id, Request: raw, RequestHash: hash})
+	if err != nil && !errors.Is(err, store.ErrConflict) {
+		// Not created: the slot goes back. (A conflict is a job of the
+		// same key, whose slot it is.)
+		if rerr := s.opts.Quotas.ReleaseJob(ctx, c.tenant, key); rerr != nil {
+			c.cause = rerr
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrConflict):
 		// The key is the tenant's own: only this tenant's earlier job can
@@ -277,6 +326,27 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 		status = http.StatusAccepted
 	}
 	return writeJSON(w, status, submitResponse{JobID: job.ClientID, Status: viewStatus(job), Links: jobLinks(job.ClientID)})
+}
+
+// admit applies the tenant's job quotas to a submission of the job key: a
+// new job counts against jobs_per_hour and takes a concurrent_jobs slot; a
+// resubmitted job that never started (its start failed, which gave its
+// slot back) takes its slot again; any other resubmission is answered as
+// it is, quota or not. Refusals are *store.LimitError, answered 429.
+func (s *server) admit(ctx context.Context, c *call, key string) error {
+	if s.opts.Quotas == nil {
+		return nil
+	}
+	job, err := s.opts.Store.GetJob(ctx, key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return s.opts.Quotas.AdmitJob(ctx, c.tenant, key, true)
+	case err != nil:
+		return err
+	case job.ExecutionID == "" && !job.Status.Terminal():
+		return s.opts.Quotas.AdmitJob(ctx, c.tenant, key, false)
+	}
+	return nil
 }
 
 // detachedTimeout bounds work that goes on after the client left.
@@ -324,6 +394,11 @@ func (s *server) start(ctx context.Context, c *call, job store.Job) (store.Job, 
 		// that did start the job is not marked failed.
 		if marked, uerr := st.UpdateJob(ctx, job.ID, store.JobUpdate{IfVersion: job.Version, IfStatus: []store.Status{store.StatusQueued}, Phase: &phase, Error: &msg}); uerr == nil {
 			job = marked
+			// Shown as failed, it must not hold a concurrent_jobs slot
+			// until it is resubmitted (which takes one again).
+			if rerr := s.opts.Quotas.ReleaseJob(ctx, job.Tenant, job.ID); rerr != nil {
+				c.cause = errors.Join(c.cause, rerr)
+			}
 		} else if !errors.Is(uerr, store.ErrConflict) {
 			c.cause = errors.Join(c.cause, fmt.Errorf("mark job failed: %w", uerr))
 		}
@@ -381,6 +456,10 @@ type statusView struct {
 	Error           *string      `json:"error"`
 	Fallbacks       []string     `json:"fallbacks"`
 	CancelRequested bool         `json:"cancel_requested"`
+	// Usage is what the job used so far (its sandbox time once the
+	// sandbox is released); Cost its cost at [pricing], null without it.
+	Usage usage.View  `json:"usage"`
+	Cost  *usage.Cost `json:"cost"`
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds, the precision the store
@@ -415,6 +494,11 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, c *call) error {
 		st := job.Step(id)
 		v.Steps = append(v.Steps, stepView{ID: id, Label: stepLabels[id], Status: st.State, Current: st.Current, Total: st.Total})
 	}
+	u, err := s.jobUsage(r.Context(), job)
+	if err != nil {
+		return err
+	}
+	v.Usage, v.Cost = usage.ViewOf(u), s.cost(u)
 	return writeJSON(w, http.StatusOK, v)
 }
 

@@ -476,9 +476,9 @@ func TestProviders(t *testing.T) {
 	e := newEnv(t)
 	res := e.get("/v1/providers", tokenAcme)
 	wantStatus(t, res, http.StatusOK)
-	want := `{"active":{"name":"local","version":"1.2.3","api_version":1,"capabilities":{"snapshots":true,"volumes":true,` +
+	want := `{"deployment":"stack-a","active":{"name":"local","version":"1.2.3","api_version":1,"capabilities":{"snapshots":true,"volumes":true,` +
 		`"named_sandboxes":false,"list_by_labels":false,"exec_streaming":true,"file_api":true,"public_url":false,` +
-		`"host_scoped_secrets":true,"network_modes":["none","all"],"max_lifetime_seconds":7200,"regions":[],` +
+		`"host_scoped_secrets":true,"list_snapshots":false,"network_modes":["none","all"],"max_lifetime_seconds":7200,"regions":[],` +
 		`"limits":{"cgroups":"v1","volumes":"ext4-image","enforced":["memory","volume_capacity"]}}}}` + "\n"
 	if string(res.body) != want {
 		t.Fatalf("providers =\n%s\nwant\n%s", res.body, want)

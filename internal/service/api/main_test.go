@@ -27,7 +27,12 @@ import (
 	"github.com/sandstep/sandstep/providers"
 )
 
-func TestMain(m *testing.M) { os.Exit(testddb.RunTests(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) != "" {
+		os.Exit(runAPIChild())
+	}
+	os.Exit(testddb.RunTests(m))
+}
 
 // Tokens of the test tenants. The dev token is passed as the one the serve
 // command would generate.
@@ -147,8 +152,9 @@ func newEnvOn(t testing.TB, st *store.Store, adjust ...func(*api.Options)) *test
 			MaxLifetime:  2 * time.Hour,
 			Limits:       providers.Limits{Cgroups: "v1", Volumes: "ext4-image", Enforced: []string{providers.LimitMemory, providers.LimitVolumeCapacity}},
 		}},
-		Auth:   auth,
-		Logger: slog.New(slog.NewJSONHandler(e.logs, nil)),
+		Deployment: "stack-a",
+		Auth:       auth,
+		Logger:     slog.New(slog.NewJSONHandler(e.logs, nil)),
 	}
 	for _, f := range adjust {
 		f(&opts)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
@@ -35,6 +36,9 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, c *call) error
 type call struct {
 	rec    *recorder
 	tenant string
+	// parent is set for a sandbox's token: the sandbox whose children
+	// the request may manage.
+	parent string
 	jobID  string // the client's
 	jobKey string // the internal key, which the phases log
 	cause  error  // logged, never sent
@@ -56,6 +60,9 @@ func callOf(r *http.Request) *call {
 type route struct {
 	public bool // no token needed
 	jobID  bool // the path's {id} is a job id
+	// sandboxScope lets a sandbox's own token (SANDSTEP_TOKEN) in; other
+	// routes refuse it.
+	sandboxScope bool
 	// maxBody bounds the request body; bodyKey names its config key, and
 	// bodyField the field a body too large is blamed on, if any.
 	maxBody   int64
@@ -87,7 +94,7 @@ func (s *server) handle(mux *http.ServeMux, pattern string, h handlerFunc, opts 
 		next = validJobID(next)
 	}
 	if !rt.public {
-		next = s.authenticate(next)
+		next = s.authenticate(next, rt.sandboxScope)
 	}
 	mux.Handle(pattern, s.guardBody(rt, next))
 	s.patterns = append(s.patterns, pattern)
@@ -106,6 +113,21 @@ func answer(h handlerFunc) http.Handler {
 // fail answers with err: an *Error as it is, anything else as a 500 whose
 // cause only the log sees.
 func fail(w http.ResponseWriter, c *call, err error) {
+	e := answerOf(c, err)
+	if c.rec.wroteHeader {
+		// A stream already under way cannot turn into an error response;
+		// the log has it.
+		if c.cause == nil {
+			c.cause = err
+		}
+		return
+	}
+	writeError(w, e)
+}
+
+// answerOf is the answer to err: an *Error as it is, a limit as its 429,
+// anything else a 500 whose cause only the log sees.
+func answerOf(c *call, err error) *Error {
 	var e *Error
 	var le *store.LimitError
 	switch {
@@ -116,15 +138,7 @@ func fail(w http.ResponseWriter, c *call, err error) {
 		c.cause = err
 		e = &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal error"}
 	}
-	if c.rec.wroteHeader {
-		// A stream already under way cannot turn into an error response;
-		// the log has it.
-		if c.cause == nil {
-			c.cause = err
-		}
-		return
-	}
-	writeError(w, e)
+	return e
 }
 
 // logRequests writes one line per request: method, path, route, status,
@@ -213,6 +227,13 @@ func literalPath(r *http.Request) (*http.Request, bool) {
 		return r, false
 	}
 	segs := strings.Split(p[1:], "/")
+	tail := ""
+	if len(segs) > 5 && segs[0] == "v1" && segs[1] == "sandboxes" && segs[3] == "ports" {
+		// The rest is the path of an app in the sandbox, as its client
+		// wrote it, trailing "/" included: the proxy passes it on.
+		tail = "/" + strings.Join(segs[5:], "/")
+		segs = segs[:5]
+	}
 	dots := false
 	for i, seg := range segs {
 		switch seg {
@@ -226,7 +247,7 @@ func literalPath(r *http.Request) (*http.Request, bool) {
 		return r, true
 	}
 	u := *r.URL
-	u.RawPath = "/" + strings.Join(segs, "/")
+	u.RawPath = "/" + strings.Join(segs, "/") + tail
 	r = r.WithContext(r.Context())
 	r.URL = &u
 	return r, true
@@ -249,7 +270,7 @@ func (p *probeWriter) WriteHeader(code int)        { p.status = code }
 // authenticate lets a request on only with a bearer token of a known
 // tenant, which it records in the call. The token appears in no answer and
 // no log line.
-func (s *server) authenticate(next http.Handler) http.Handler {
+func (s *server) authenticate(next http.Handler, sandboxScope bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := callOf(r)
 		header := r.Header.Get("Authorization")
@@ -259,18 +280,36 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		token, ok := bearerToken(header)
-		tenant := ""
+		var caller direct.Caller
 		if ok {
-			tenant, ok = s.opts.Auth.Tenant(token)
+			caller, ok = s.tokenCaller(r, token)
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sandstep", error="invalid_token"`)
 			fail(w, c, &Error{Status: http.StatusUnauthorized, Code: CodeUnauthenticated, Message: "invalid bearer token"})
 			return
 		}
-		c.tenant = tenant
+		if caller.Parent != "" && !sandboxScope {
+			fail(w, c, &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: "a sandbox's token may only manage that sandbox's children (the /v1/sandboxes routes)"})
+			return
+		}
+		c.tenant, c.parent = caller.Tenant, caller.Parent
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tokenCaller resolves a bearer token: a tenant's, or a sandbox's own
+// (direct.TokenPrefix), which acts for the sandbox's tenant on its
+// children only.
+func (s *server) tokenCaller(r *http.Request, token string) (direct.Caller, bool) {
+	if strings.HasPrefix(token, direct.TokenPrefix) {
+		if s.opts.Sandboxes == nil {
+			return direct.Caller{}, false
+		}
+		return s.opts.Sandboxes.Authenticate(r.Context(), token)
+	}
+	tenant, ok := s.opts.Auth.Tenant(token)
+	return direct.Caller{Tenant: tenant}, ok
 }
 
 // validJobID answers a path whose {id} can be no job's id as a job not

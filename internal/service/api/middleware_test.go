@@ -116,8 +116,12 @@ func TestEveryTemplateRouteIsServed(t *testing.T) {
 	for name, ev := range evs {
 		p := ev.(map[string]any)["Properties"].(map[string]any)
 		method, route := p["Method"].(string), p["Path"].(string)
-		for _, w := range []string{"{id}", "{sid}", "{run}"} {
+		for _, w := range []string{"{id}", "{sid}", "{run}", "{eid}", "{path+}"} {
 			route = strings.ReplaceAll(route, w, "x1")
+		}
+		route = strings.ReplaceAll(route, "{port}", "8000")
+		if method == "ANY" {
+			method = http.MethodGet
 		}
 		route = strings.ReplaceAll(route, "{file}", "app.js") // the console's files have names of their own
 		res := e.do(method, route, tokenAcme, nil)

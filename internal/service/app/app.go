@@ -6,6 +6,7 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
 	"github.com/sandstep/sandstep/internal/service/logging"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/report"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
@@ -26,7 +28,10 @@ const (
 	EnvTablePrefix     = "SANDSTEP_TABLE_PREFIX"
 	EnvPluginDir       = "SANDSTEP_PLUGIN_DIR"
 	EnvStateMachineARN = "SANDSTEP_STATE_MACHINE_ARN"
-	EnvLogLevel        = "LOG_LEVEL"
+	// EnvDeployment is the deployment id (the stack name), which replaces
+	// [provider] deployment.
+	EnvDeployment = "SANDSTEP_DEPLOYMENT"
+	EnvLogLevel   = "LOG_LEVEL"
 	// EnvCrawler is the crawler binary to upload to sandboxes (in Lambda,
 	// the providers layer's /opt/sandbox/sandstep-crawler).
 	EnvCrawler = "SANDSTEP_CRAWLER"
@@ -88,7 +93,8 @@ func (a *App) UseProvider(p providers.Provider) {
 // Sandboxes returns the owner of the sandbox lifecycle over p, for this
 // App's store and configured provider.
 func (a *App) Sandboxes(p providers.Provider) *sandboxes.Manager {
-	return sandboxes.New(sandboxes.Options{Store: a.Store, Provider: p, ProviderName: a.Config.Provider.Name, Logger: a.Logger})
+	return sandboxes.New(sandboxes.Options{Store: a.Store, Provider: p, ProviderName: a.Config.Provider.Name, Deployment: a.Config.Provider.Deployment, Logger: a.Logger,
+		Quotas: quota.New(a.Store, &a.Config.Quotas)})
 }
 
 // FromLambdaEnv assembles the App inside a Lambda: config.toml shipped with
@@ -104,6 +110,12 @@ func FromLambdaEnv() (*App, error) {
 	}
 	if dir := os.Getenv(EnvPluginDir); dir != "" {
 		cfg.Provider.PluginDir = dir
+	}
+	if id := os.Getenv(EnvDeployment); id != "" {
+		if err := config.CheckDeployment(id); err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvDeployment, err)
+		}
+		cfg.Provider.Deployment = id
 	}
 	prefix := os.Getenv(EnvTablePrefix)
 	if prefix == "" {

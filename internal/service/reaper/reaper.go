@@ -1,5 +1,6 @@
 // Package reaper is the scheduled cleanup: one Pass deletes session volumes
-// idle past their TTL, closes idle session sandboxes, terminates sandboxes
+// idle past their TTL, closes idle session sandboxes, deletes dependency
+// snapshots no configuration uses any more, terminates sandboxes
 // that nothing needs (their job or session ended, their deadline passed, or
 // the ledger never knew them), closes ledger entries of sandboxes that are
 // gone, and stops the executions of cancelled jobs that did not stop. In
@@ -18,7 +19,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -47,12 +50,24 @@ type Reaper struct {
 	// CreateGrace is how long a ledger entry may stay "creating" before
 	// the create is taken to have died with its caller. Default 10m.
 	CreateGrace time.Duration
+	// QuotaGrace is how old a tenant quota slot must be before a pass
+	// checks its holder (a slot is taken just before its job or ledger
+	// entry is written). Default 2m.
+	QuotaGrace time.Duration
+	// Direct, when set, has direct sandboxes (the /v1/sandboxes API)
+	// warned of, expired (with their children) and reaped when idle.
+	Direct DirectReaper
 	// Docs, when set, has the LLM tools' documentation indexed when it is
 	// due ([tools] reindex_interval), in passes after startup.
 	Docs DocsIndexer
 	// Now is the pass's clock (default time.Now); tests move it.
 	Now    func() time.Time
 	Logger *slog.Logger
+}
+
+// DirectReaper is the pass over direct sandboxes (direct.Service).
+type DirectReaper interface {
+	Reap(ctx context.Context, now time.Time) (direct.ReapCounts, error)
 }
 
 // DocsIndexer indexes the dependencies' docs when due (docsearch.Service).
@@ -75,6 +90,11 @@ type Counts struct {
 	// Orphans: sandboxes carrying our owner label the ledger did not know.
 	Orphans           int `json:"orphans_terminated"`
 	ExecutionsStopped int `json:"executions_stopped"`
+	// SnapshotsDeleted: this deployment's dependency snapshots no
+	// configuration names nor live sandbox uses, past the grace period.
+	SnapshotsDeleted int `json:"snapshots_deleted"`
+	// Direct is what the pass over direct sandboxes did.
+	Direct direct.ReapCounts `json:"direct"`
 	// RunsInterrupted: run records failed by a startup pass.
 	RunsInterrupted int `json:"runs_interrupted"`
 	// JobsEnded: jobs a startup pass found with a sandbox but no running
@@ -87,13 +107,17 @@ type Counts struct {
 	// DocChunksWritten: documentation chunks new or changed since the
 	// last indexing (a page that could not be fetched is logged).
 	DocChunksWritten int `json:"doc_chunks_written"`
-	Errors           int `json:"errors"`
+	// QuotaSlotsReleased: tenant quota slots (concurrent_jobs,
+	// concurrent_sandboxes) whose job ended or whose sandbox's ledger
+	// entry closed without giving them back (a crash in between).
+	QuotaSlotsReleased int `json:"quota_slots_released"`
+	Errors             int `json:"errors"`
 }
 
 // Total counts every change.
 func (c Counts) Total() int {
 	return c.SessionsExpired + c.DeletionsResumed + c.SandboxesIdle + c.StaleRunsEnded + c.ExpiryWarnings +
-		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten
+		c.LedgerReaped + c.LedgerGone + c.Orphans + c.ExecutionsStopped + c.SnapshotsDeleted + c.RunsInterrupted + c.JobsEnded + c.LedgerMigrated + c.DocChunksWritten + c.QuotaSlotsReleased
 }
 
 func (r *Reaper) now() time.Time {
@@ -172,6 +196,7 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 		step("expiry warnings", &c.ExpiryWarnings, func() (int, error) { return sv.WarnExpiring(ctx, now) })
 		step("expired sessions", &c.SessionsExpired, func() (int, error) { return sv.ExpireIdle(ctx, now) })
 		step("unfinished deletions", &c.DeletionsResumed, func() (int, error) { return sv.FinishDeletions(ctx) })
+		step("old dependency snapshots", &c.SnapshotsDeleted, func() (int, error) { return sv.CollectSnapshots(ctx, now) })
 		if since != nil {
 			// Not one of them is in use: the server serves no run yet, and
 			// the sessions taken back above count as used just now.
@@ -196,6 +221,26 @@ func (r *Reaper) pass(ctx context.Context, since *time.Time) (Counts, error) {
 	if err := r.sandboxes(ctx, now, running, &c); err != nil {
 		c.Errors++
 		errs = append(errs, err)
+	}
+	// After the ledger step, which closes the entries of sandboxes that
+	// are gone: their slots go back in the same pass.
+	step("quota slots", &c.QuotaSlotsReleased, func() (int, error) {
+		grace := r.QuotaGrace
+		if grace <= 0 {
+			grace = 2 * time.Minute
+		}
+		got, err := quota.Reconcile(ctx, r.Store, grace, now, r.Sandboxes.Closed)
+		return got.Jobs + got.Sandboxes, err
+	})
+	// After the ledger's pass, so that the records of children it reaped
+	// (their parent gone) close in the same pass.
+	if r.Direct != nil {
+		got, err := r.Direct.Reap(ctx, now)
+		c.Direct = got
+		if err != nil {
+			c.Errors++
+			errs = append(errs, fmt.Errorf("direct sandboxes: %w", err))
+		}
 	}
 	if r.Docs != nil && since == nil {
 		step("docs index", &c.DocChunksWritten, func() (int, error) {

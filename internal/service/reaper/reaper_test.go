@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 }
 
 func managerOf(st *store.Store, p providers.Provider, log *slog.Logger) *sandboxes.Manager {
-	return sandboxes.New(sandboxes.Options{Store: st, Provider: p, ProviderName: "local", Logger: log})
+	return sandboxes.New(sandboxes.Options{Store: st, Provider: p, ProviderName: "local", Deployment: "test", Logger: log})
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -92,7 +92,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-var ours = map[string]string{providers.LabelOwner: "sandstep"}
+var ours = sandboxes.Labels("test")
 
 // create starts a sandbox; with owner set it is recorded in the ledger
 // first, as sandstep does.

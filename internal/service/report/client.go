@@ -206,6 +206,7 @@ func (c *Client) Stream(ctx context.Context, messages []Message, onChunk func(te
 	var failed []*ModelError
 	for _, model := range c.models {
 		comp, err := c.attempt(ctx, model, messages, onChunk)
+		meter(ctx, model, messages, comp)
 		if err == nil {
 			comp.Failed = failed
 			return comp, nil
@@ -417,3 +418,38 @@ func errorDetail(b []byte) string {
 	}
 	return shorten(string(bytes.ToValidUTF8(b, nil)), 300)
 }
+
+// Meter is told the tokens of every answer a model wrote (whole or broken
+// off): as the server's usage reports them, or, from a server that reports
+// none, estimated from the text (about four characters a token).
+type Meter func(model string, input, output int64, estimated bool)
+
+type meterKey struct{}
+
+// WithMeter returns a context whose Stream calls report to m: the job
+// that asked for them counts its tokens, whichever client serves it.
+func WithMeter(ctx context.Context, m Meter) context.Context {
+	return context.WithValue(ctx, meterKey{}, m)
+}
+
+func meter(ctx context.Context, model string, messages []Message, comp Completion) {
+	m, _ := ctx.Value(meterKey{}).(Meter)
+	if m == nil {
+		return
+	}
+	if u := comp.Usage; u != nil {
+		m(model, int64(u.PromptTokens), int64(u.CompletionTokens), false)
+		return
+	}
+	if comp.Text == "" {
+		return // refused or failed before answering: nothing billed
+	}
+	in := 0
+	for _, msg := range messages {
+		in += len(msg.Content)
+	}
+	m(model, int64(estimateTokens(in)), int64(estimateTokens(len(comp.Text))), true)
+}
+
+// estimateTokens is the usual rough count of tokens in n bytes of text.
+func estimateTokens(n int) int { return (n + 3) / 4 }

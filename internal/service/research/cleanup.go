@@ -82,6 +82,11 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 	if err != nil {
 		return CleanupOutput{}, fmt.Errorf("cleanup: %w", err)
 	}
+	// The sandboxes' time is final now; the total goes on the record
+	// before the job ends, so a listing of ended jobs has it.
+	if _, err := p.closeUsage(ctx, job); err != nil {
+		return CleanupOutput{}, fmt.Errorf("cleanup: usage: %w", err)
+	}
 	if job.Status.Terminal() {
 		return CleanupOutput{Status: string(job.Status), Terminated: n}, nil
 	}

@@ -58,6 +58,9 @@ func (p *Phases) Crawl(ctx context.Context, in CrawlInput) (CrawlOutput, error) 
 	if err != nil {
 		return CrawlOutput{}, err
 	}
+	// One record per slice: a slice's input (its offset) is the same when
+	// it is delivered again.
+	r.usageKey = fmt.Sprintf("crawl:%d", in.Offset)
 	out, err := r.crawl(in)
 	if err != nil && !providers.IsNotFound(err) && r.checkCancel() == nil && in.SandboxID != "" {
 		// An exec cut short by a vanishing sandbox fails in whatever way
@@ -114,6 +117,7 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 	poll := r.p.pollInterval()
 	wait := min(firstPoll, poll)
 	stopped, restarted := false, false
+	nextBudgetCheck := time.Now()
 	for {
 		if offset, err = r.readProgress(in.SandboxID, offset); err != nil {
 			return CrawlOutput{}, err
@@ -139,6 +143,22 @@ func (r *run) crawl(in CrawlInput) (CrawlOutput, error) {
 			break
 		}
 		now := time.Now()
+		if !stopped && r.req.Budget != nil && !now.Before(nextBudgetCheck) {
+			nextBudgetCheck = now.Add(budgetCheck)
+			over, err := r.overBudget(store.Usage{})
+			if err != nil {
+				return CrawlOutput{}, err
+			}
+			if over != "" {
+				if err := r.stopCrawler(in.SandboxID, "the job's budget is reached"); err != nil {
+					return CrawlOutput{}, err
+				}
+				stopped = true
+				if err := r.fallback(FallbackBudgetExhausted, string(store.StepCrawl), "the job's budget is reached ("+over+"): the crawl stops and keeps what it has"); err != nil {
+					return CrawlOutput{}, err
+				}
+			}
+		}
 		if now.After(hardStop) && !stopped {
 			if err := r.stopCrawler(in.SandboxID, "crawler past its duration"); err != nil {
 				return CrawlOutput{}, err
@@ -188,7 +208,7 @@ func (p *Phases) pollInterval() time.Duration {
 // sh runs a short shell command in the sandbox and returns its stdout.
 func (r *run) sh(id, script string) (string, int, error) {
 	var out bytes.Buffer
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{Shell: script, Stdout: &out, Timeout: time.Minute})
+	res, err := r.exec(id, providers.ExecRequest{Shell: script, Stdout: &out, Timeout: time.Minute})
 	if err != nil {
 		return "", 0, err
 	}
@@ -411,6 +431,7 @@ func (r *run) collect(id string) (int, error) {
 		}
 	}
 	crawled := len(put) - blocked
+	r.use.add(store.Usage{PagesCrawled: int64(out.Stats.Pages)})
 	msg := fmt.Sprintf("%d pages crawled (%s mode), %d skipped", crawled, out.Stats.Mode, len(out.Skipped))
 	if blocked > 0 {
 		msg += fmt.Sprintf(", %d anti-bot challenge pages left out", blocked)

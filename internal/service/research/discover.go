@@ -42,7 +42,7 @@ func (r *run) discover() (DiscoverOutput, error) {
 	// Each query's outcome is an event as soon as it is known, so that a
 	// failing backend is visible while the other queries still wait.
 	var evErr error
-	d, serr := search.Discover(r.ctx, r.p.Search, r.req.Query, related, r.req.SeedURLs, b.Sources, func(q search.QueryOutcome) {
+	d, serr := search.Discover(r.ctx, r.searchBackends(), r.req.Query, related, r.req.SeedURLs, b.Sources, func(q search.QueryOutcome) {
 		if evErr == nil {
 			evErr = r.event(fmt.Sprintf("discover:query:%d", q.N), queryEvent(q))
 		}

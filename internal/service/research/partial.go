@@ -35,9 +35,15 @@ func (p *Phases) salvage(ctx context.Context, job store.Job, status store.Status
 		log.Warn("salvage: stored request", "err", err)
 		return
 	}
-	r := &run{p: p, job: job, req: req, log: log}
+	r := &run{p: p, job: job, req: req, log: log, use: &usageMeter{}, usageKey: "salvage"}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
 	defer r.cancel(nil)
+	// What the salvage runs counts too, before Cleanup adds the job up.
+	defer func() {
+		if err := r.recordUsage(); err != nil {
+			log.Warn("salvage: record usage", "err", err)
+		}
+	}()
 	if job.Step(store.StepCrawl).State == store.StepRunning {
 		if n, err := r.salvageCrawl(); err != nil {
 			log.Warn("salvage: the crawl's pages could not be kept", "err", err)

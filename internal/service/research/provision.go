@@ -127,7 +127,7 @@ func (r *run) provision() (ProvisionOutput, error) {
 // the provider allows: already mounted, or uploaded from the host.
 func (r *run) deliverCrawler(id string) error {
 	start := time.Now()
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{Argv: []string{"test", "-x", mountedCrawler}, Timeout: 30 * time.Second})
+	res, err := r.exec(id, providers.ExecRequest{Argv: []string{"test", "-x", mountedCrawler}, Timeout: 30 * time.Second})
 	if err != nil {
 		return fmt.Errorf("look for the crawler: %w", err)
 	}
@@ -157,7 +157,7 @@ func (r *run) checkBrowser(id string) error {
 		return err
 	}
 	var out bytes.Buffer
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{
+	res, err := r.exec(id, providers.ExecRequest{
 		Shell:   "command -v chromium || command -v chromium-browser || command -v google-chrome || true",
 		Stdout:  &out,
 		Timeout: 30 * time.Second,

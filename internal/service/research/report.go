@@ -66,10 +66,29 @@ func (r *run) report() (ReportOutput, error) {
 		body  string
 		model string
 	)
-	if r.p.LLM != nil {
+	llm := r.p.LLM
+	if llm != nil {
+		// The prompt is about the sources' text: a model call that would
+		// take the job past its budget is not made.
+		chars := len(r.req.Query)
+		for _, s := range given {
+			chars += len(s.Text)
+		}
+		over, err := r.overBudget(store.Usage{Tokens: map[string]store.TokenCount{"": {Input: int64((chars + 3) / 4)}}})
+		if err != nil {
+			return ReportOutput{}, err
+		}
+		if over != "" {
+			llm = nil
+			if err := r.fallback(FallbackBudgetExhausted, string(store.StepFinalize), "the job's budget is reached ("+over+"): the report is built from the sources, without a model"); err != nil {
+				return ReportOutput{}, err
+			}
+		}
+	}
+	if llm != nil {
 		w := &reportStream{r: r}
 		var comp report.Completion
-		body, comp, err = report.Generate(r.ctx, r.p.LLM, r.req.Query, given, w.chunk)
+		body, comp, err = report.Generate(r.ctx, llm, r.req.Query, given, w.chunk)
 		w.flush()
 		if cerr := r.checkCancel(); cerr != nil {
 			return ReportOutput{}, cerr
@@ -96,7 +115,7 @@ func (r *run) report() (ReportOutput, error) {
 			opt.Action = report.ActionAnnotate
 		}
 	} else {
-		opt.Client = r.p.LLM
+		opt.Client = llm
 	}
 	res := report.Finish(r.ctx, r.req.Query, body, given, report.Unused(all, skips, given), opt)
 	if cerr := r.checkCancel(); cerr != nil {
@@ -113,6 +132,11 @@ func (r *run) report() (ReportOutput, error) {
 	if err != nil {
 		return ReportOutput{}, err
 	}
+	footer, err := r.costFooter()
+	if err != nil {
+		return ReportOutput{}, err
+	}
+	res.Markdown += footer
 	if err := r.p.Store.WriteReport(r.ctx, r.job.ID, store.Report{Markdown: res.Markdown, Complete: true, Details: details}); err != nil {
 		return ReportOutput{}, fmt.Errorf("save report: %w", err)
 	}

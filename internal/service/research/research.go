@@ -109,6 +109,10 @@ type run struct {
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// use counts what the invocation uses; usageKey names its record (the
+	// phase, and what tells its invocations apart: the crawl's offset).
+	use      *usageMeter
+	usageKey string
 }
 
 var errCancelRequested = errors.New("cancel requested")
@@ -146,8 +150,10 @@ func (p *Phases) begin(ctx context.Context, phase string, in Input) (*run, error
 		}
 		return nil, fmt.Errorf("%s: start: %w", phase, err)
 	}
-	r := &run{p: p, job: job, req: req, log: p.logger().With("job_key", job.ID, "tenant", job.Tenant, "job_id", job.ClientID, "phase", phase)}
+	r := &run{p: p, job: job, req: req, log: p.logger().With("job_key", job.ID, "tenant", job.Tenant, "job_id", job.ClientID, "phase", phase),
+		use: &usageMeter{}, usageKey: phase}
 	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	r.ctx = r.withMeter(r.ctx)
 	go r.watch()
 	return r, nil
 }
@@ -179,6 +185,14 @@ func (r *run) watch() {
 func (r *run) end(err error) error {
 	cancelled := errors.Is(context.Cause(r.ctx), errCancelRequested)
 	r.cancel(nil)
+	// What the invocation spent counts however it ended; a record that
+	// cannot be written fails the invocation, whose retry writes it.
+	if uerr := r.recordUsage(); uerr != nil {
+		r.log.Warn("record usage", "err", uerr)
+		if err == nil {
+			return fmt.Errorf("record usage: %w", uerr)
+		}
+	}
 	if err == nil {
 		return nil
 	}

@@ -55,7 +55,7 @@ func (r *run) warmup(id string) error {
 			case <-time.After(d):
 			}
 		}
-		res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second})
+		res, err := r.exec(id, providers.ExecRequest{Argv: []string{"true"}, Timeout: 30 * time.Second})
 		if err == nil && res.ExitCode == 0 {
 			return nil
 		}

@@ -67,6 +67,18 @@ func (r *run) summarize(id string) (SummarizeOutput, error) {
 	if err := r.step(store.StepAnalysis, store.StepRunning, 0, 0); err != nil {
 		return SummarizeOutput{}, err
 	}
+	// The agent's model spend is not metered (it runs in the sandbox): a
+	// job already at its budget does not start it.
+	over, err := r.overBudget(store.Usage{})
+	if err != nil {
+		return SummarizeOutput{}, err
+	}
+	if over != "" {
+		if ferr := r.fallback(FallbackBudgetExhausted, string(store.StepAnalysis), "the job's budget is reached ("+over+"): the report uses the raw extracts, without the summarizing agent"); ferr != nil {
+			return SummarizeOutput{}, ferr
+		}
+		return SummarizeOutput{}, r.step(store.StepAnalysis, store.StepComplete, 0, 0)
+	}
 	n, insights, err := r.runAgent(id)
 	if err != nil {
 		if cerr := r.checkCancel(); cerr != nil {
@@ -133,7 +145,7 @@ func (r *run) runAgent(id string) (int, []string, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
-	res, err := r.p.Provider.Exec(r.ctx, id, providers.ExecRequest{
+	res, err := r.exec(id, providers.ExecRequest{
 		Shell: cfg.Command, Cwd: agentDir, Env: env, Timeout: timeout,
 		Stdout: &limitedBuffer{buf: &stdout, max: 4 << 20}, Stderr: &limitedBuffer{buf: &stderr, max: 64 << 10},
 	})

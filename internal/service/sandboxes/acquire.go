@@ -54,6 +54,8 @@ func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, er
 		Owner:    req.Owner.String(),
 		Tenant:   req.Owner.Tenant,
 		Labels:   req.Spec.Labels,
+		Snapshot: req.Spec.Snapshot,
+		MemoryMB: req.Spec.Resources.MemoryMB,
 		Deadline: m.deadline(req.Spec),
 	}
 	if req.Owner.Parent != nil {
@@ -74,10 +76,12 @@ func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, er
 // a new sandbox created under the name. A name held live by another owner
 // is store.ErrConflict.
 //
-// Errors: a *CreateError when the provider did not create it; ErrReleased
+// Errors: a *store.LimitError when a tenant quota refuses it (nothing is
+// created); a *CreateError when the provider did not create it; ErrReleased
 // when the owner was released while the create ran; Ready's own error; a
 // store error (wrapped) when the ledger could not be written.
 func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
+	req.Spec = m.labelled(req.Spec)
 	spec := req.Spec
 	if spec.Name == "" || req.Owner.Kind == "" || req.Owner.Key == "" {
 		return Lease{}, fmt.Errorf("acquire: a sandbox needs a name and an owner: %w", store.ErrInvalid)
@@ -103,10 +107,18 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 			return Lease{}, err
 		}
 	}
+	// Admitted once the ledger entry exists, so that a slot is never held
+	// for a sandbox the ledger does not know; a refusal closes the entry.
+	if err := m.quot.AdmitSandbox(ctx, req.Owner.Tenant, spec.Name, spec.Lifetime, true); err != nil {
+		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "refused: "+err.Error()); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
+			m.log.Warn("ledger close after a refused acquire", "name", spec.Name, "err", cerr)
+		}
+		return Lease{}, err
+	}
 	sb, err := m.create(ctx, req)
 	if err != nil {
 		m.endLostCreate(ctx, spec, err)
-		if _, cerr := m.st.LedgerClose(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
+		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a failed create", "name", spec.Name, "err", cerr)
 		}
 		return Lease{}, &CreateError{Name: spec.Name, Err: err}

@@ -33,8 +33,8 @@ type Counts struct {
 	Reaped int
 	// Gone: live entries whose sandbox the provider no longer has.
 	Gone int
-	// Orphans: sandboxes carrying our owner label that the ledger does
-	// not hold as live.
+	// Orphans: sandboxes carrying our owner label and deployment id that
+	// the ledger does not hold as live.
 	Orphans int
 }
 
@@ -100,6 +100,12 @@ func (m *Manager) unneeded(ctx context.Context, o ReconcileOptions, e store.Ledg
 	if e.Deadline.Before(o.Now) {
 		return "deadline passed", nil
 	}
+	if gone, err := m.parentGone(ctx, e); err != nil || gone {
+		if gone {
+			return "parent gone", nil
+		}
+		return "", err
+	}
 	if o.Unneeded != nil {
 		reason, err := o.Unneeded(ctx, e)
 		if reason != "" || err != nil {
@@ -134,7 +140,11 @@ func (m *Manager) reap(ctx context.Context, e store.LedgerEntry, reason string) 
 // sandbox of ours the ledger does not hold as live is terminated; a live
 // entry whose sandbox is not there any more is closed.
 func (m *Manager) reconcileByList(ctx context.Context, live []store.LedgerEntry, c *Counts) error {
-	list, err := m.prov.List(ctx, providers.ListFilter{Labels: map[string]string{providers.LabelOwner: "sandstep"}})
+	// Only this deployment's: another stack sharing the provider keeps a
+	// ledger of its own, which this one cannot read. Sandboxes made before
+	// deployments were labelled carry no id and are left to their lifetime
+	// (README, "Deployments").
+	list, err := m.prov.List(ctx, providers.ListFilter{Labels: Labels(m.dep)})
 	if err != nil {
 		return fmt.Errorf("list sandboxes: %w", err)
 	}
@@ -220,7 +230,7 @@ func (m *Manager) reconcileByGet(ctx context.Context, live []store.LedgerEntry, 
 }
 
 func (m *Manager) closeGone(ctx context.Context, e store.LedgerEntry) error {
-	if _, err := m.st.LedgerClose(ctx, e.Name, "gone"); err != nil {
+	if _, err := m.close(ctx, e.Name, "gone"); err != nil {
 		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
 	}
 	m.log.Info("closed the ledger entry of a sandbox that is gone", "name", e.Name, "sandbox_id", e.ProviderID)

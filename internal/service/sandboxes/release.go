@@ -117,7 +117,9 @@ func (m *Manager) releaseListed(ctx context.Context, owner Owner, reason string,
 	if !caps.ListByLabels {
 		return nil, nil
 	}
-	list, err := m.prov.List(ctx, providers.ListFilter{Labels: owner.Labels})
+	// A tenant and session id may be another deployment's too: only this
+	// deployment's sandboxes are the owner's.
+	list, err := m.prov.List(ctx, providers.ListFilter{Labels: m.labelled(providers.CreateSpec{Labels: owner.Labels}).Labels})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes of %s: %w", owner, err)
 	}

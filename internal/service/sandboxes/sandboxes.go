@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -74,9 +75,17 @@ type Options struct {
 	// ProviderName is recorded in every ledger entry; Reconcile leaves
 	// entries of other providers alone (it can neither see nor stop them).
 	ProviderName string
-	Logger       *slog.Logger
+	// Deployment is this stack's id ([provider] deployment): every sandbox
+	// is created with it in providers.LabelDeployment, and Reconcile takes
+	// for orphans only sandboxes that carry it. "" is refused.
+	Deployment string
+	Logger     *slog.Logger
 	// Now is the clock of deadlines (default time.Now).
 	Now func() time.Time
+	// Quotas, when set, are the tenant quotas every Acquire is admitted
+	// by (max_sandbox_ttl, concurrent_sandboxes, sandbox_creations_per_hour);
+	// nil allows everything. The slot is given back when the entry closes.
+	Quotas *quota.Enforcer
 }
 
 // Manager acquires and releases sandboxes. It is safe for concurrent use
@@ -86,8 +95,10 @@ type Manager struct {
 	st   *store.Store
 	prov providers.Provider
 	name string
+	dep  string
 	log  *slog.Logger
 	now  func() time.Time
+	quot *quota.Enforcer
 
 	capsMu sync.Mutex
 	caps   *providers.Capabilities
@@ -95,8 +106,8 @@ type Manager struct {
 
 // New returns a Manager. Store and Provider are required.
 func New(o Options) *Manager {
-	if o.Store == nil || o.Provider == nil {
-		panic("sandboxes.New: Store and Provider are required")
+	if o.Store == nil || o.Provider == nil || o.Deployment == "" {
+		panic("sandboxes.New: Store, Provider and Deployment are required")
 	}
 	log := o.Logger
 	if log == nil {
@@ -106,13 +117,76 @@ func New(o Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
-	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, log: log, now: now}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now, quot: o.Quotas}
+}
+
+// Deployment is the deployment id the Manager labels sandboxes with.
+func (m *Manager) Deployment() string { return m.dep }
+
+// Labels are the labels every sandbox, volume and snapshot of this
+// deployment carries: the owner label and the deployment's id.
+func Labels(deployment string) map[string]string {
+	return map[string]string{providers.LabelOwner: "sandstep", providers.LabelDeployment: deployment}
+}
+
+// labelled returns spec with this deployment's labels added.
+func (m *Manager) labelled(spec providers.CreateSpec) providers.CreateSpec {
+	labels := Labels(m.dep)
+	for k, v := range spec.Labels {
+		if k != providers.LabelOwner && k != providers.LabelDeployment {
+			labels[k] = v
+		}
+	}
+	spec.Labels = labels
+	return spec
 }
 
 // Find returns the ledger entry of the sandbox named name; store.ErrNotFound
 // when the ledger never knew it.
 func (m *Manager) Find(ctx context.Context, name string) (store.LedgerEntry, error) {
 	return m.st.LedgerGet(ctx, name)
+}
+
+// Live returns every live ledger entry (being created or running), of
+// every owner: what a cleanup that must not take what a sandbox uses (a
+// snapshot) checks against.
+func (m *Manager) Live(ctx context.Context) ([]store.LedgerEntry, error) {
+	return m.st.LedgerListLive(ctx, time.Now().AddDate(100, 0, 0), 0)
+}
+
+// Closed reports whether the sandbox named name is over as far as the
+// ledger knows: its entry is terminated, or there is none.
+func (m *Manager) Closed(ctx context.Context, name string) (bool, error) {
+	e, err := m.st.LedgerGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return true, nil
+	}
+	return err == nil && e.State == store.LedgerTerminated, err
+}
+
+// Usage is the sandbox time owner's sandboxes used, by provider and memory
+// size, from the ledger: from when each was confirmed running to when it
+// was terminated (or to now, for one still live). A sandbox whose create
+// was never confirmed counts nothing.
+func (m *Manager) Usage(ctx context.Context, owner Owner) (store.Usage, error) {
+	entries, err := m.st.LedgerListByOwner(ctx, owner.String())
+	if err != nil {
+		return store.Usage{}, err
+	}
+	var u store.Usage
+	for _, e := range entries {
+		if e.RunningAt.IsZero() {
+			continue
+		}
+		end := e.TerminatedAt
+		if end.IsZero() {
+			end = m.now()
+		}
+		if secs := end.Sub(e.RunningAt).Seconds(); secs > 0 {
+			u.Add(store.Usage{SandboxSeconds: map[string]float64{store.SandboxSize(e.Provider, e.MemoryMB): secs}})
+		}
+	}
+	return u, nil
 }
 
 // Held returns the live sandboxes owner holds (ledger entries not closed
@@ -220,9 +294,23 @@ func (m *Manager) end(ctx context.Context, owner, name, id, reason string) error
 		}
 	}
 	if name != "" {
-		if _, err := m.st.LedgerClose(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := m.close(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("ledger close %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// close closes the ledger entry name and gives back its tenant's
+// concurrent_sandboxes slot. A slot whose release fails is logged and left
+// to the reaper (quota.Reconcile): the sandbox is gone either way.
+func (m *Manager) close(ctx context.Context, name, reason string) (store.LedgerEntry, error) {
+	e, err := m.st.LedgerClose(ctx, name, reason)
+	if err != nil {
+		return e, err
+	}
+	if rerr := m.quot.ReleaseSandbox(ctx, e.Tenant, name); rerr != nil {
+		m.log.Warn("give back a sandbox's quota slot", "name", name, "tenant", e.Tenant, "err", rerr)
+	}
+	return e, nil
 }

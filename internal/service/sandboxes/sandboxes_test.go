@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -102,7 +103,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { p.Close() })
 	st := store.New(db.Client, db.Prefix)
 	f := &faulty{Provider: p}
-	return &env{st: st, prov: f, log: log, m: sandboxes.New(sandboxes.Options{Store: st, Provider: f, ProviderName: "local", Logger: log})}
+	return &env{st: st, prov: f, log: log, m: sandboxes.New(sandboxes.Options{Store: st, Provider: f, ProviderName: "local", Deployment: "test", Logger: log})}
 }
 
 func ctxFor(t *testing.T) context.Context {
@@ -111,7 +112,7 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-var ours = map[string]string{providers.LabelOwner: "sandstep"}
+var ours = sandboxes.Labels("test")
 
 func spec(name string, lifetime time.Duration) providers.CreateSpec {
 	return providers.CreateSpec{Name: name, Labels: ours, Lifetime: lifetime}
@@ -406,12 +407,21 @@ func TestReleaseOwnerTerminatesAll(t *testing.T) {
 		mine = append(mine, lease.Sandbox.ID)
 	}
 	// A stray: the ledger lost it, the provider still has it.
-	stray, err := e.prov.Provider.Create(ctx, providers.CreateSpec{Name: "ss-stray", Labels: labels, Lifetime: 10 * time.Minute})
+	strayLabels := maps.Clone(labels)
+	strayLabels[providers.LabelDeployment] = "test"
+	stray, err := e.prov.Provider.Create(ctx, providers.CreateSpec{Name: "ss-stray", Labels: strayLabels, Lifetime: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.prov.Provider.Terminate(context.Background(), stray.ID) })
 	mine = append(mine, stray.ID)
+	// Another deployment's session with the same tenant and id is not ours.
+	strayLabels[providers.LabelDeployment] = "other-stack"
+	elsewhere, err := e.prov.Provider.Create(ctx, providers.CreateSpec{Name: "ss-elsewhere", Labels: strayLabels, Lifetime: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.prov.Provider.Terminate(context.Background(), elsewhere.ID) })
 	theirs := e.acquire(t, other, "ss-theirs")
 
 	ended, err := e.m.ReleaseOwner(ctx, owner, "deleted")
@@ -427,6 +437,9 @@ func TestReleaseOwnerTerminatesAll(t *testing.T) {
 		if e.alive(t, id) {
 			t.Fatalf("sandbox %s of the owner still runs", id)
 		}
+	}
+	if !e.alive(t, elsewhere.ID) {
+		t.Fatal("ReleaseOwner ended another deployment's sandbox with the same session labels")
 	}
 	for _, name := range []string{"ss-1", "ss-2"} {
 		if got := e.entry(t, name); got.State != store.LedgerTerminated || got.Reason != "deleted" {

@@ -29,8 +29,14 @@ func percentiles(b *testing.B, samples []time.Duration) {
 
 // BenchmarkFirstRun is a session's first run over HTTP: its record and
 // volume, a sandbox from the (already built) snapshot, the code.
-func BenchmarkFirstRun(b *testing.B) {
-	e := newEnv(b, envConfig{})
+func BenchmarkFirstRun(b *testing.B) { firstRun(b, envConfig{}) }
+
+// BenchmarkFirstRunOnDeno is BenchmarkFirstRun with provider "deno"
+// against the fake Deno on this machine.
+func BenchmarkFirstRunOnDeno(b *testing.B) { firstRun(b, envConfig{deno: startDeno(b, nil, 1<<20)}) }
+
+func firstRun(b *testing.B, ec envConfig) {
+	e := newEnv(b, ec)
 	if err := e.stack.Sessions.EnsureSnapshot(ctxFor(b)); err != nil {
 		b.Fatal(err)
 	}
@@ -48,8 +54,14 @@ func BenchmarkFirstRun(b *testing.B) {
 
 // BenchmarkWarmRun is a run in a session whose sandbox is up, over HTTP,
 // by language.
-func BenchmarkWarmRun(b *testing.B) {
-	e := newEnv(b, envConfig{})
+func BenchmarkWarmRun(b *testing.B) { warmRun(b, envConfig{}) }
+
+// BenchmarkWarmRunOnDeno is BenchmarkWarmRun with provider "deno" against
+// the fake Deno on this machine.
+func BenchmarkWarmRunOnDeno(b *testing.B) { warmRun(b, envConfig{deno: startDeno(b, nil, 0)}) }
+
+func warmRun(b *testing.B, ec envConfig) {
+	e := newEnv(b, ec)
 	for _, c := range []struct{ lang, code string }{
 		{"shell", "true"},
 		{"javascript", "1 + 1"},

@@ -18,7 +18,11 @@ func sessionKey(tenant, id string) string { return ids.SessionKey(tenant, id) }
 // it runs: their volumes, sandboxes and records, with an event saying so
 // first and after.
 func TestCleanupDeletesExactlyTheExpired(t *testing.T) {
-	e := newEnv(t, envConfig{})
+	cleanupDeletesExactlyTheExpired(t, envConfig{})
+}
+
+func cleanupDeletesExactlyTheExpired(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	ctx := ctxFor(t)
 	ids := []string{"old1", "old2", "new1", "new2"}
 	for _, id := range ids {
@@ -108,7 +112,12 @@ func TestCleanupDeletesExactlyTheExpired(t *testing.T) {
 // wrote, or is refused before it starts; the cleanup never deletes a
 // volume under a run.
 func TestCleanupNeverDeletesARunningSession(t *testing.T) {
-	e := newEnv(t, envConfig{sessions: "volume_ttl_minutes = 1\nsandbox_idle_minutes = 1"})
+	cleanupNeverDeletesARunningSession(t, envConfig{})
+}
+
+func cleanupNeverDeletesARunningSession(t *testing.T, ec envConfig) {
+	ec = with(ec, envConfig{sessions: "volume_ttl_minutes = 1\nsandbox_idle_minutes = 1"})
+	e := newEnv(t, ec)
 	ctx := ctxFor(t)
 	// From the cleanup's clock every idle session is expired, and no run
 	// has been going long enough to be taken for dead: only the session's
@@ -226,8 +235,10 @@ func later(a, b time.Time) time.Time {
 
 // A run on a session whose deletion has begun is refused with 409; the
 // cleanup finishes a deletion that stopped half way, and then runs get 410.
-func TestRunOnASessionBeingDeleted(t *testing.T) {
-	e := newEnv(t, envConfig{})
+func TestRunOnASessionBeingDeleted(t *testing.T) { runOnASessionBeingDeleted(t, envConfig{}) }
+
+func runOnASessionBeingDeleted(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	ctx := ctxFor(t)
 	wantOK(t, e.run(tokenAcme, "busy", "shell", "echo x > /workspace/x"))
 	if _, err := e.st.BeginDelete(ctx, sessionKey("acme", "busy"), time.Now().AddDate(1, 0, 0)); err != nil {

@@ -46,8 +46,9 @@ const (
 // deps is what the configured dependencies turn into.
 type deps struct {
 	// packages are the specs, sorted: the snapshot is named by them.
-	packages []string
-	slug     string
+	packages   []string
+	slug       string
+	deployment string
 	// buildEnv ([sessions] build_env: a proxy, a CA bundle) is exported to
 	// the package managers' commands only, never into a snapshot's or a
 	// sandbox's environment; it does not name the snapshot, since it does
@@ -55,13 +56,16 @@ type deps struct {
 	buildEnv map[string]string
 }
 
-func planDeps(list []config.SessionDependency) deps {
-	var d deps
+// planDeps names the snapshot by the deployment as well as the packages:
+// each deployment owns its snapshots (and deletes them when unused) even
+// where two share a provider account and the same dependency list.
+func planDeps(deployment string, list []config.SessionDependency) deps {
+	d := deps{deployment: deployment}
 	for _, dep := range list {
 		d.packages = append(d.packages, dep.Package)
 	}
 	slices.Sort(d.packages)
-	sum := sha256.Sum256([]byte(recipe + "\n" + strings.Join(d.packages, "\n")))
+	sum := sha256.Sum256([]byte(recipe + "\n" + deployment + "\n" + strings.Join(d.packages, "\n")))
 	d.slug = "deps-" + hex.EncodeToString(sum[:])[:20]
 	return d
 }
@@ -113,9 +117,21 @@ func (d deps) snapshotSpec() providers.SnapshotSpec {
 		Env:   env,
 		// Not the owner label: a provider that labelled its builder
 		// sandbox with it would show the reaper a sandbox no ledger knows.
-		Labels:  map[string]string{"sandstep.snapshot": "session-dependencies"},
+		Labels:  snapshotLabels(d.deployment),
 		Timeout: SnapshotBuildTimeout,
 	}
+}
+
+// LabelSnapshot marks what a snapshot holds; its value for dependency
+// snapshots is SnapshotKindDependencies.
+const (
+	LabelSnapshot            = "sandstep.snapshot"
+	SnapshotKindDependencies = "session-dependencies"
+)
+
+// snapshotLabels select this deployment's dependency snapshots.
+func snapshotLabels(deployment string) map[string]string {
+	return map[string]string{LabelSnapshot: SnapshotKindDependencies, providers.LabelDeployment: deployment}
 }
 
 // snapshotFlight is one build that concurrent first runs wait for.

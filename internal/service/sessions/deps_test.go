@@ -31,11 +31,13 @@ func depsTable(specs ...string) string {
 // The snapshot of the dependencies is built once for many concurrent
 // first runs, reused by a second stack on the same machine, and built
 // anew when the dependency list changes.
-func TestSnapshotBuiltOnceAndReused(t *testing.T) {
+func TestSnapshotBuiltOnceAndReused(t *testing.T) { snapshotBuiltOnceAndReused(t, envConfig{}) }
+
+func snapshotBuiltOnceAndReused(t *testing.T, ec envConfig) {
 	pkgA := fixturePackage(t, "sandstep-fixture-a")
 	pkgB := fixturePackage(t, "sandstep-fixture-b")
 	dir := t.TempDir()
-	e := newEnv(t, envConfig{dir: dir, deps: depsTable(pkgA)})
+	e := newEnv(t, with(ec, envConfig{dir: dir, deps: depsTable(pkgA)}))
 	slug := e.stack.Sessions.SnapshotSlug()
 
 	const n = 10
@@ -73,7 +75,7 @@ func TestSnapshotBuiltOnceAndReused(t *testing.T) {
 	e.close()
 
 	// A second start of the same configuration finds the snapshot.
-	again := newEnv(t, envConfig{dir: dir, db: db, deps: depsTable(pkgA)})
+	again := newEnv(t, with(ec, envConfig{dir: dir, db: db, deps: depsTable(pkgA)}))
 	if err := again.stack.Sessions.EnsureSnapshot(ctxFor(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +89,7 @@ func TestSnapshotBuiltOnceAndReused(t *testing.T) {
 	again.close()
 
 	// Another dependency list is another snapshot.
-	changed := newEnv(t, envConfig{dir: dir, db: db, deps: depsTable(pkgA, pkgB)})
+	changed := newEnv(t, with(ec, envConfig{dir: dir, db: db, deps: depsTable(pkgA, pkgB)}))
 	run := changed.run(tokenAcme, "second", "javascript", "require('sandstep-fixture-a').answer + require('sandstep-fixture-b').answer")
 	if wantOK(t, run); string(toJSON(t, run["result"])) != "84" {
 		t.Fatalf("result = %v", run["result"])

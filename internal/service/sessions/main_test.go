@@ -23,6 +23,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
@@ -49,7 +50,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	toolsDir = filepath.Join(dir, "tools")
-	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin); err != nil {
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.DenoPlugin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -150,6 +151,9 @@ type envConfig struct {
 	db *testddb.TestEnv
 	// sandbox and local are appended to [sandbox] and [provider.local].
 	sandbox, local string
+	// deno, when set, makes the stack's provider "deno" against this fake
+	// (startDeno) instead of "local".
+	deno *fakedeno.Running
 }
 
 func newEnv(t testing.TB, ec envConfig) *env {
@@ -168,11 +172,16 @@ func newEnv(t testing.TB, ec envConfig) *env {
 	}
 	roPaths, _ := json.Marshal(append([]string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"}, fixtureDir))
 	toolsOnce.Do(func() { testbin.LinkDeno(t, toolsDir) })
+	provider := "local"
+	if ec.deno != nil {
+		provider = "deno"
+		ec.local += fmt.Sprintf("\n[provider.deno]\ntoken_env = %q\nconsole_url = %q\nsandbox_url = %q\n", denoTokenEnv, ec.deno.ConsoleURL, ec.deno.SandboxURL)
+	}
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
 [provider]
-name = "local"
+name = %q
 plugin_dir = %q
 [provider.local]
 ro_paths = %s
@@ -193,7 +202,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, pluginDir, roPaths, toolsDir, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, provider, pluginDir, roPaths, toolsDir, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)

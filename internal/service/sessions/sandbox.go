@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -222,6 +223,9 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 		mode = DepsAtStart
 	}
 	if caps.Snapshots {
+		// The sandbox's ledger entry, written before the create, names it:
+		// the snapshot cleanup keeps a snapshot a sandbox is being created
+		// from. (Not a label: Deno keeps five labels at most.)
 		spec.Snapshot = s.deps.slug
 		if mode != DepsNone {
 			mode = DepsSnapshot
@@ -242,6 +246,17 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 	}
 	lease, err := s.sbx.Acquire(ctx, req)
 	var ce *sandboxes.CreateError
+	if errors.As(err, &ce) && spec.Snapshot != "" && providers.IsNotFound(ce.Err) && s.snapshotMissing(ctx, spec.Snapshot) {
+		// The snapshot was deleted since it was built (by hand, or
+		// collected by a process whose dependency list moved on): build
+		// it again and start from it once more.
+		s.log.Warn("the dependency snapshot is gone; building it again", "snapshot", spec.Snapshot)
+		s.snapshotGone()
+		if err := s.EnsureSnapshot(ctx); err != nil {
+			return "", err
+		}
+		lease, err = s.sbx.Acquire(ctx, req)
+	}
 	var se *Error
 	switch {
 	case errors.As(err, &ce):
@@ -252,6 +267,16 @@ func (s *Service) createSandbox(ctx context.Context, sess *store.Session) (strin
 		return "", s.unavailable(err)
 	}
 	sb := lease.Sandbox
+	if spec.Snapshot != "" && !lease.Adopted && s.snapshotMissing(ctx, spec.Snapshot) {
+		// Deleted while the create ran: the sandbox runs on from its
+		// contents, and the snapshot is built again so that what a live
+		// sandbox uses exists.
+		s.log.Warn("the dependency snapshot was deleted while a sandbox was created from it; building it again", "snapshot", spec.Snapshot)
+		s.snapshotGone()
+		if err := s.EnsureSnapshot(ctx); err != nil {
+			s.log.Error("rebuilding the dependency snapshot", "snapshot", spec.Snapshot, "err", err)
+		}
+	}
 	s.remember(sb.ID, sandboxInfo{name: name, expiresAt: sb.ExpiresAt})
 	got, err := s.st.SetSessionSandbox(ctx, key, sess.Version, sb.ID)
 	if err != nil {
@@ -285,9 +310,17 @@ func (s *Service) owner(sess store.Session) sandboxes.Owner {
 	return o
 }
 
-// sessionLabels are the labels of the session's sandboxes at the provider.
+// labels adds this deployment's labels (owner, deployment id) to own.
+func (s *Service) labels(own map[string]string) map[string]string {
+	l := sandboxes.Labels(s.deployment)
+	maps.Copy(l, own)
+	return l
+}
+
+// sessionLabels are the labels of the session's sandboxes at the provider,
+// besides the deployment's, which package sandboxes adds.
 func sessionLabels(sess store.Session) map[string]string {
-	return map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID}
+	return map[string]string{providers.LabelTenant: sess.Tenant, providers.LabelSession: sess.ClientID}
 }
 
 // installAtStart installs the dependencies in a new sandbox, for providers
@@ -319,7 +352,7 @@ func (s *Service) ensureVolume(ctx context.Context, sess store.Session) error {
 	tenant, id := sess.Tenant, sess.ClientID
 	_, err := s.prov.CreateVolume(ctx, providers.VolumeSpec{
 		Slug:       sess.VolumeSlug,
-		Labels:     map[string]string{providers.LabelOwner: "sandstep", providers.LabelTenant: tenant, providers.LabelSession: id},
+		Labels:     s.labels(map[string]string{providers.LabelTenant: tenant, providers.LabelSession: id}),
 		CapacityMB: s.cfg.VolumeCapacityMB,
 		Region:     s.cfg.Region,
 	})

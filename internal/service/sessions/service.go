@@ -34,6 +34,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/ids"
+	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
@@ -76,14 +77,16 @@ type Service struct {
 	cfg      config.SessionsConfig
 	lifetime time.Duration
 	provName string
-	st       *store.Store
-	prov     providers.Provider
-	sbx      *sandboxes.Manager // over prov; nil without one
-	launcher Launcher
-	log      *slog.Logger
-	deps     deps
-	secrets  []providers.Secret
-	redact   *redactor
+	// deployment labels the session's sandboxes, volumes and snapshots.
+	deployment string
+	st         *store.Store
+	prov       providers.Provider
+	sbx        *sandboxes.Manager // over prov; nil without one
+	launcher   Launcher
+	log        *slog.Logger
+	deps       deps
+	secrets    []providers.Secret
+	redact     *redactor
 
 	capsMu sync.Mutex
 	caps   *providers.Capabilities
@@ -128,16 +131,17 @@ func New(opts Options) (*Service, error) {
 		log = slog.Default()
 	}
 	s := &Service{
-		cfg:       cfg.Sessions,
-		lifetime:  cfg.Sandbox.Lifetime.D(),
-		provName:  cfg.Provider.Name,
-		st:        opts.Store,
-		prov:      opts.Provider,
-		launcher:  opts.Launcher,
-		log:       log.With("component", "sessions"),
-		deps:      planDeps(cfg.Sessions.Dependencies),
-		sandboxes: map[string]sandboxInfo{},
-		volumes:   map[string]bool{},
+		cfg:        cfg.Sessions,
+		lifetime:   cfg.Sandbox.Lifetime.D(),
+		provName:   cfg.Provider.Name,
+		deployment: cfg.Provider.Deployment,
+		st:         opts.Store,
+		prov:       opts.Provider,
+		launcher:   opts.Launcher,
+		log:        log.With("component", "sessions"),
+		deps:       planDeps(cfg.Provider.Deployment, cfg.Sessions.Dependencies),
+		sandboxes:  map[string]sandboxInfo{},
+		volumes:    map[string]bool{},
 	}
 	values := map[string]string{}
 	if s.cfg.Enabled {
@@ -169,7 +173,7 @@ func New(opts Options) (*Service, error) {
 		}
 	}
 	if s.prov != nil {
-		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Logger: log})
+		s.sbx = sandboxes.New(sandboxes.Options{Store: s.st, Provider: s.prov, ProviderName: s.provName, Deployment: s.deployment, Logger: log, Quotas: quota.New(s.st, &cfg.Quotas)})
 	}
 	s.redact = newRedactor(values)
 	s.buildRedact = newRedactor(buildSecrets(values, s.deps.buildEnv))

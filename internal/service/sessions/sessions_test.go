@@ -14,8 +14,10 @@ import (
 // A file written to /workspace in one run is there in a later run, after
 // the cleanup closed the idle sandbox and a new one started; another
 // session, and another tenant's session of the same id, do not see it.
-func TestWorkspaceOutlivesIdleSandbox(t *testing.T) {
-	e := newEnv(t, envConfig{})
+func TestWorkspaceOutlivesIdleSandbox(t *testing.T) { workspaceOutlivesIdleSandbox(t, envConfig{}) }
+
+func workspaceOutlivesIdleSandbox(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	first := e.run(tokenAcme, "s1", "shell", "echo 'kept across sandboxes' > /workspace/notes.txt && pwd")
 	if out := wantOK(t, first); out != "/workspace\n" {
 		t.Fatalf("stdout = %q, want the run to start in /workspace", out)
@@ -127,8 +129,10 @@ func TestLanguages(t *testing.T) {
 // semantics as JavaScript: types erased, enums turned into JavaScript, the
 // last expression the result, top-level await, errors pointing at the
 // code's lines; and JavaScript runs on that Deno too.
-func TestTypeScript(t *testing.T) {
-	e := newEnv(t, envConfig{})
+func TestTypeScript(t *testing.T) { typeScript(t, envConfig{}) }
+
+func typeScript(t *testing.T, ec envConfig) {
+	e := newEnv(t, ec)
 	// Fails under CI=true when make deps did not install Deno.
 	if !testbin.LinkDeno(t, toolsDir) {
 		t.Skip("deno is missing (make deps installs it)")

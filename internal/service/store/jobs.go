@@ -118,6 +118,9 @@ type Job struct {
 	Version int64
 	// LastEventSeq is the seq of the newest event (0: none yet).
 	LastEventSeq int64
+	// Usage is the job's total usage, kept on the record once the job is
+	// done (SetJobUsage); nil before. JobUsage reads it at any time.
+	Usage *Usage
 }
 
 // Step returns the job's step id.
@@ -138,6 +141,20 @@ type JobRequest struct {
 	Mode         string   `json:"mode"`
 	Optimization string   `json:"optimization"`
 	SeedURLs     []string `json:"seed_urls"`
+	// Budget, when set, bounds what the job may spend.
+	Budget *JobBudget `json:"budget,omitempty"`
+}
+
+// JobBudget is what a job may spend; a zero field is no limit. Once one is
+// reached the job stops spending: the crawl stops with what it has, the
+// report is written without a model, and the job records the fallback
+// "budget_exhausted".
+type JobBudget struct {
+	// MaxCost is in the [pricing] currency; usage without a price does not
+	// count against it.
+	MaxCost           float64 `json:"max_cost,omitempty"`
+	MaxTokens         int64   `json:"max_tokens,omitempty"`
+	MaxSandboxSeconds int64   `json:"max_sandbox_seconds,omitempty"`
 }
 
 // NewJob is what CreateJob needs.
@@ -314,7 +331,16 @@ func (s *Store) UpdateJob(ctx context.Context, id string, u JobUpdate) (Job, err
 	if err != nil {
 		return s.jobConflict(ctx, id, "update", err)
 	}
-	return jobFromItem(out.Attributes), nil
+	job := jobFromItem(out.Attributes)
+	if u.Status.Terminal() {
+		// Every way a job ends comes through here, once (the transition's
+		// condition lets one writer through): its concurrent_jobs slot
+		// goes back. A release lost to a crash is the reaper's
+		// (quota.Reconcile), so it does not fail the update that ended
+		// the job.
+		_ = s.ReleaseSlot(context.WithoutCancel(ctx), job.Tenant, QuotaConcurrentJobs, job.ID)
+	}
+	return job, nil
 }
 
 // SetStatus moves the job from one of the from statuses to to (see
@@ -433,6 +459,7 @@ func jobFromItem(item map[string]types.AttributeValue) Job {
 		ExpiresAt:         getUnix(item, "expires_at"),
 		Version:           getN(item, "version"),
 		LastEventSeq:      getN(item, "event_seq"),
+		Usage:             usageOf(item),
 	}
 	if r := getS(item, "request"); r != "" {
 		j.Request = json.RawMessage(r)

@@ -40,7 +40,14 @@ type LedgerEntry struct {
 	Parent string
 	Tenant string
 	Labels map[string]string
-	State  LedgerState
+	// Snapshot is the snapshot the sandbox boots from: the snapshot
+	// cleanup keeps it while the entry is live (written before the
+	// create, so a sandbox being created counts too).
+	Snapshot string
+	// MemoryMB is the size the sandbox was asked for (0: the provider's
+	// default), which usage is priced by.
+	MemoryMB int
+	State    LedgerState
 	// Deadline is when the sandbox must be gone at the latest; the reaper
 	// terminates live sandboxes past it.
 	Deadline     time.Time
@@ -90,8 +97,14 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	if e.Parent != "" {
 		item["parent"] = avS(e.Parent)
 	}
+	if e.MemoryMB > 0 {
+		item["memory_mb"] = avN(int64(e.MemoryMB))
+	}
 	if len(e.Labels) > 0 {
 		item["labels"] = avStrMap(e.Labels)
+	}
+	if e.Snapshot != "" {
+		item["snapshot"] = avS(e.Snapshot)
 	}
 	_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.sandboxes,
@@ -239,6 +252,8 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		Parent:       getS(item, "parent"),
 		Tenant:       getS(item, "tenant"),
 		Labels:       getStrMap(item, "labels"),
+		Snapshot:     getS(item, "snapshot"),
+		MemoryMB:     int(getN(item, "memory_mb")),
 		State:        LedgerState(getS(item, "state")),
 		Deadline:     getTime(item, "deadline"),
 		CreatedAt:    getTime(item, "created_at"),

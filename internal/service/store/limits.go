@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// The tenant quotas, as config ([quotas]) and LimitError name them.
+const (
+	QuotaConcurrentSandboxes     = "concurrent_sandboxes"
+	QuotaSandboxCreationsPerHour = "sandbox_creations_per_hour"
+	QuotaMaxSandboxTTL           = "max_sandbox_ttl"
+	QuotaConcurrentJobs          = "concurrent_jobs"
+	QuotaJobsPerHour             = "jobs_per_hour"
+	QuotaMaxCostPerDay           = "max_cost_per_day"
+	QuotaMaxCostPerMonth         = "max_cost_per_month"
+)
+
 // LimitError is a limit that refused work: a tenant quota (concurrent
 // sandboxes, creations per hour, jobs), a per-parent child limit, a budget.
 // Whoever enforces a limit atomically in a table returns it; the API answers

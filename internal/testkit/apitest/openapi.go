@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,9 @@ type Validator struct {
 	// does: OpenAPI path templates are ServeMux patterns.
 	mux    *http.ServeMux
 	routes map[string]*routers.Route
-	errors *openapi3.SchemaRef // for answers of no route (404, 405)
+	// anyMethod are the routes of every method, by ServeMux pattern.
+	anyMethod map[string]*routers.Route
+	errors    *openapi3.SchemaRef // for answers of no route (404, 405)
 }
 
 var (
@@ -62,10 +65,21 @@ func NewValidator(doc []byte) (*Validator, error) {
 	if err := d.Validate(context.Background(), openapi3.EnableSchemaFormatValidation(), openapi3.EnableExamplesValidation()); err != nil {
 		return nil, fmt.Errorf("the OpenAPI document is not valid: %w", err)
 	}
-	v := &Validator{doc: d, mux: http.NewServeMux(), routes: map[string]*routers.Route{}}
+	v := &Validator{doc: d, mux: http.NewServeMux(), routes: map[string]*routers.Route{}, anyMethod: map[string]*routers.Route{}}
 	for path, item := range d.Paths.Map() {
+		mux := MuxPath(path)
+		if p, ok := item.Extensions["x-mux-path"].(string); ok {
+			mux = p
+		}
+		// x-any-method: the route takes every method (a proxy); its
+		// operations describe what it answers.
+		if any, _ := item.Extensions["x-any-method"].(bool); any {
+			v.anyMethod[mux] = &routers.Route{Spec: d, Path: path, PathItem: item}
+			v.mux.HandleFunc(mux, func(http.ResponseWriter, *http.Request) {})
+			continue
+		}
 		for method, op := range item.Operations() {
-			pattern := method + " " + MuxPath(path)
+			pattern := method + " " + mux
 			v.routes[pattern] = &routers.Route{Spec: d, Path: path, PathItem: item, Method: method, Operation: op}
 			v.mux.HandleFunc(pattern, func(http.ResponseWriter, *http.Request) {})
 		}
@@ -79,12 +93,18 @@ func NewValidator(doc []byte) (*Validator, error) {
 
 // MuxPath is the ServeMux pattern path of an OpenAPI path: the same
 // template, except that "/" means the root only.
+//
+// API Gateway writes a greedy segment {name+}, ServeMux {name...}; an
+// OpenAPI path cannot say one, so its path item says the ServeMux path in
+// x-mux-path.
 func MuxPath(path string) string {
 	if path == "/" {
 		return "/{$}"
 	}
-	return path
+	return greedy.ReplaceAllString(path, "{$1...}")
 }
+
+var greedy = regexp.MustCompile(`\{(\w+)\+\}`)
 
 // Document is the description, loaded.
 func (v *Validator) Document() *openapi3.T { return v.doc }
@@ -92,8 +112,11 @@ func (v *Validator) Document() *openapi3.T { return v.doc }
 // Operations lists the document's operations as ServeMux patterns
 // ("GET /v1/jobs/{id}", "GET /{$}").
 func (v *Validator) Operations() []string {
-	out := make([]string, 0, len(v.routes))
+	out := make([]string, 0, len(v.routes)+len(v.anyMethod))
 	for p := range v.routes {
+		out = append(out, p)
+	}
+	for p := range v.anyMethod {
 		out = append(out, p)
 	}
 	return out
@@ -106,6 +129,19 @@ func (v *Validator) Check(req *http.Request, status int, header http.Header, bod
 	req = literalSegments(req)
 	_, pattern := v.mux.Handler(req)
 	rt := v.routes[pattern]
+	if any := v.anyMethod[pattern]; any != nil {
+		// The operation of the request's method, else the path item's
+		// only one: a proxy answers every method alike.
+		op := any.PathItem.GetOperation(req.Method)
+		if op == nil {
+			for _, o := range any.PathItem.Operations() {
+				op = o
+			}
+		}
+		r := *any
+		r.Method, r.Operation = req.Method, op
+		rt = &r
+	}
 	if rt == nil && req.Method == http.MethodHead {
 		r := req.Clone(req.Context())
 		r.Method = http.MethodGet

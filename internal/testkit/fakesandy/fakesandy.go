@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // Options configure a Server. The zero value is usable: no API key, a
@@ -169,7 +170,7 @@ func New(opts Options) (*Server, error) {
 		}
 		bwrap = p
 	}
-	rootArgs, err := hostRootArgs()
+	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace")
 	if err != nil {
 		return nil, err
 	}

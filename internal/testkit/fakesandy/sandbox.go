@@ -14,11 +14,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandstep/sandstep/internal/testkit/bwrapbox"
 )
 
 // sandbox is one fake sandbox. Fields after the first group are guarded by
@@ -52,34 +53,6 @@ var mounts = []struct{ at, sub string }{
 }
 
 var priorityNames = []string{"CRITICAL", "HIGH", "NORMAL", "LOW"}
-
-// hostRootArgs rebuilds the host's root read-only for bubblewrap, leaving out
-// what each sandbox gets of its own.
-func hostRootArgs() ([]string, error) {
-	entries, err := os.ReadDir("/")
-	if err != nil {
-		return nil, fmt.Errorf("fakesandy: %w", err)
-	}
-	var args []string
-	for _, e := range entries {
-		p := "/" + e.Name()
-		switch p {
-		case "/proc", "/dev", "/tmp", "/root", "/workspace":
-			continue
-		}
-		if e.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, fmt.Errorf("fakesandy: %w", err)
-			}
-			args = append(args, "--symlink", target, p)
-			continue
-		}
-		args = append(args, "--ro-bind", p, p)
-	}
-	// The host's pid namespace is shared, so its /proc is the right one.
-	return append(args, "--dev", "/dev", "--bind", "/proc", "/proc"), nil
-}
 
 // mountArgs binds a sandbox's directories and sets the working directory.
 func mountArgs(dir, cwd string) []string {
@@ -254,7 +227,7 @@ func (s *Server) tearDown(sb *sandbox) {
 			sb.expiry.Stop()
 		}
 		s.mu.Unlock()
-		killMarked(sb.marker)
+		bwrapbox.KillMarked(sb.marker)
 		s.mu.Lock()
 		s.busy++
 		s.mu.Unlock()
@@ -263,50 +236,6 @@ func (s *Server) tearDown(sb *sandbox) {
 			_ = os.RemoveAll(sb.dir)
 		}()
 	})
-}
-
-// killMarked kills every process whose environment holds marker, round
-// after round until none is left: a process may fork while it is being
-// killed. A killed process is gone from the scan once it has exited, since
-// a zombie shows no environment.
-func killMarked(marker string) {
-	want := []byte(marker)
-	for range 500 {
-		pids := markedProcesses(want)
-		if len(pids) == 0 {
-			return
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func markedProcesses(marker []byte) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil {
-			continue
-		}
-		for kv := range bytes.SplitSeq(env, []byte{0}) {
-			if bytes.Equal(kv, marker) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
 }
 
 // maxOutput caps what one exec keeps of each stream.

@@ -16,6 +16,8 @@ import (
 const (
 	LocalPlugin = "sandstep-provider-local"
 	SandyPlugin = "sandstep-provider-sandy"
+	DenoPlugin  = "sandstep-provider-deno"
+	ModalPlugin = "sandstep-provider-modal"
 	Crawler     = "sandstep-crawler"
 	CLI         = "sandstep"
 )
@@ -24,6 +26,8 @@ const (
 var packages = map[string]string{
 	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
 	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
+	DenoPlugin:  "./providers/deno/cmd/sandstep-provider-deno",
+	ModalPlugin: "./providers/modal/cmd/sandstep-provider-modal",
 	Crawler:     "./cmd/sandstep-crawler",
 	CLI:         "./cmd/sandstep",
 }

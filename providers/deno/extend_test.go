@@ -1,0 +1,64 @@
+package deno
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// TestExtendNearDenosEnd: Deno ends a sandbox 30 minutes after its create
+// or last extend; one asked to live longer is extended by the first call
+// into it within 10 minutes of that end, up to the lifetime asked for.
+func TestExtendNearDenosEnd(t *testing.T) {
+	f, err := fakedeno.Start(fakedeno.Options{Token: "ddo_extend_test"}, "", "")
+	if err != nil {
+		if testingSkips(err) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := New()
+	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
+	if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": "ddo_extend_test"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	sb, err := p.Create(t.Context(), providers.CreateSpec{Lifetime: 45 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Terminate(t.Context(), sb.ID)
+	first := f.StopAt(sb.ID)
+	if d := first.Sub(start); d < 29*time.Minute || d > 31*time.Minute {
+		t.Fatalf("Deno's end is %s after the create, want 30m", d)
+	}
+	if !sb.ExpiresAt.After(start.Add(44 * time.Minute)) {
+		t.Fatalf("ExpiresAt %s, want the lifetime asked for", sb.ExpiresAt)
+	}
+	exec := func() {
+		t.Helper()
+		if r, err := p.Exec(t.Context(), sb.ID, providers.ExecRequest{Argv: []string{"true"}}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("Exec: %+v, %v", r, err)
+		}
+	}
+	exec() // 30 minutes left: nothing to do
+	if got := f.StopAt(sb.ID); !got.Equal(first) {
+		t.Fatalf("extended with 30 minutes left: %s -> %s", first, got)
+	}
+	p.now = func() time.Time { return start.Add(25 * time.Minute) }
+	exec() // 5 minutes left: extended to the lifetime's end
+	if got := f.StopAt(sb.ID); got.Sub(start) < 44*time.Minute || got.Sub(start) > 46*time.Minute {
+		t.Fatalf("after the call near the end Deno's end is %s after the create, want 45m", got.Sub(start))
+	}
+}
+
+// testingSkips tells whether the fake cannot run here and the test may
+// skip (never under CI).
+func testingSkips(err error) bool {
+	return errors.Is(err, fakedeno.ErrNoBubblewrap) && os.Getenv("CI") != "true"
+}
