@@ -14,22 +14,6 @@ import (
 	usageview "github.com/sandstep/sandstep/internal/service/usage"
 )
 
-type usageGroup struct {
-	Key   string          `json:"key"`
-	Jobs  int             `json:"jobs"`
-	Usage usageview.View  `json:"usage"`
-	Cost  *usageview.Cost `json:"cost"`
-}
-
-type usageAnswer struct {
-	From      string       `json:"from"`
-	To        string       `json:"to"`
-	GroupBy   string       `json:"group_by"`
-	Groups    []usageGroup `json:"groups"`
-	Total     usageGroup   `json:"total"`
-	Truncated bool         `json:"truncated"`
-}
-
 func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("usage", stdout, stderr)
 	from := fs.String("from", "", "start of the range: a date (2026-11-01) or an RFC 3339 time; default the start of this month (UTC)")
@@ -57,7 +41,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *cf.json {
 		return writeJSON(stdout, raw)
 	}
-	var a usageAnswer
+	var a usageview.Report
 	if err := json.Unmarshal(raw, &a); err != nil {
 		return fmt.Errorf("the server's usage is not the API's JSON: %w", err)
 	}
@@ -79,7 +63,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-func usageRow(g usageGroup) string {
+func usageRow(g usageview.Group) string {
 	u := g.Usage
 	var secs float64
 	for _, s := range u.SandboxSeconds {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandstep/sandstep/internal/service/store"
+	usageview "github.com/sandstep/sandstep/internal/service/usage"
 )
 
 // sandstep usage shows GET /v1/usage: a row per group and the total, or
@@ -31,7 +32,7 @@ func TestUsageCommand(t *testing.T) {
 	}
 	r = e.run("usage", "--json", "--group-by", "provider")
 	wantCode(t, r, 0)
-	var a usageAnswer
+	var a usageview.Report
 	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || a.GroupBy != "provider" || len(a.Groups) != 1 || a.Groups[0].Key != "local" || a.Total.Jobs != 2 {
 		t.Fatalf("usage --json: %q %v", r.stdout, err)
 	}

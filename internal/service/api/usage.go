@@ -26,24 +26,6 @@ const maxUsageRange = 366 * 24 * time.Hour
 
 var usageGroups = []string{"day", "job_type", "provider"}
 
-type usageGroupView struct {
-	Key   string      `json:"key"`
-	Jobs  int         `json:"jobs"`
-	Usage usage.View  `json:"usage"`
-	Cost  *usage.Cost `json:"cost"`
-}
-
-type usageView struct {
-	From    string           `json:"from"`
-	To      string           `json:"to"`
-	GroupBy string           `json:"group_by"`
-	Groups  []usageGroupView `json:"groups"`
-	Total   usageGroupView   `json:"total"`
-	// Truncated: the range holds more than store.MaxUsageJobs jobs; the
-	// answer covers the oldest of them. Ask for a shorter range.
-	Truncated bool `json:"truncated"`
-}
-
 // jobUsage is what the job used: the total kept on its record once it
 // ended, else the sum of its records so far.
 func (s *server) jobUsage(ctx context.Context, job store.Job) (store.Usage, error) {
@@ -148,13 +130,13 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 			}
 		}
 	}
-	v := usageView{From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), GroupBy: groupBy, Groups: []usageGroupView{}, Truncated: truncated,
-		Total: usageGroupView{Key: "total", Jobs: len(jobs), Usage: usage.ViewOf(total), Cost: s.cost(total)}}
+	v := usage.Report{From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), GroupBy: groupBy, Groups: []usage.Group{}, Truncated: truncated,
+		Total: usage.Group{Key: "total", Jobs: len(jobs), Usage: usage.ViewOf(total), Cost: s.cost(total)}}
 	// In key order (sorting the keys, not the views: the Lambda's size
 	// budget has no room for another sort instantiation).
 	for _, k := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[k]
-		v.Groups = append(v.Groups, usageGroupView{Key: k, Jobs: g.jobs, Usage: usage.ViewOf(g.u), Cost: s.cost(g.u)})
+		v.Groups = append(v.Groups, usage.Group{Key: k, Jobs: g.jobs, Usage: usage.ViewOf(g.u), Cost: s.cost(g.u)})
 	}
 	return writeJSON(w, http.StatusOK, v)
 }

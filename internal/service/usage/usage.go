@@ -162,3 +162,25 @@ func round(v float64, places int) float64 {
 	f := math.Pow10(places)
 	return math.Round(v*f) / f
 }
+
+// Group is one group of GET /v1/usage: the jobs of a day, a job type or a
+// provider (or "total"), what they used and cost.
+type Group struct {
+	Key   string `json:"key"`
+	Jobs  int    `json:"jobs"`
+	Usage View   `json:"usage"`
+	Cost  *Cost  `json:"cost"`
+}
+
+// Report is the answer of GET /v1/usage, which the API writes and the CLI
+// reads.
+type Report struct {
+	From    string  `json:"from"`
+	To      string  `json:"to"`
+	GroupBy string  `json:"group_by"`
+	Groups  []Group `json:"groups"`
+	Total   Group   `json:"total"`
+	// Truncated: the range holds more than store.MaxUsageJobs jobs; the
+	// answer covers the oldest of them. Ask for a shorter range.
+	Truncated bool `json:"truncated"`
+}
