@@ -108,7 +108,9 @@ func (c *conn) spawnDeno(ctx context.Context, params json.RawMessage) (any, *ser
 		c.drop(p.StdinStreamID)
 		return nil, nil, invalidParams(errors.New("spawnDeno needs code and extension, or entrypoint"))
 	}
-	argv := append([]string{c.s.deno, "run", "--allow-all", "--quiet", entry}, p.ScriptArgs...)
+	// Inside the sandbox deno is where bindArgs put it: its host path
+	// may lie under a folder the sandbox has of its own (/tmp).
+	argv := append([]string{denoBin + "/deno", "run", "--allow-all", "--quiet", entry}, p.ScriptArgs...)
 	return c.start(ctx, p, argv, true)
 }
 
