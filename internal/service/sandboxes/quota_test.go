@@ -20,7 +20,7 @@ func TestAcquireIsAdmittedByTenantQuotas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.m = sandboxes.New(sandboxes.Options{Store: e.st, Provider: e.prov, ProviderName: "local", Logger: e.log, Quotas: quota.New(e.st, &cfg.Quotas)})
+	e.m = sandboxes.New(sandboxes.Options{Store: e.st, Provider: e.prov, ProviderName: "local", Deployment: "test", Logger: e.log, Quotas: quota.New(e.st, &cfg.Quotas)})
 	ctx := ctxFor(t)
 	refused := func(name, limit string, lifetime time.Duration) {
 		t.Helper()

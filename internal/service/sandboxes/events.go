@@ -1,0 +1,143 @@
+package sandboxes
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Lifecycle events. Each is logged on one line (attribute "event"; the
+// message is "sandbox " and the event in words) with the provider, owner, tenant, ledger name,
+// provider id and the duration of the call behind it, and counted per
+// provider in the Manager's Counters.
+const (
+	// EventCreated: Acquire made a new sandbox and recorded it running.
+	EventCreated = "created"
+	// EventReused: Acquire made nothing because the name was already the
+	// owner's: its running entry's sandbox still ran (found "ledger"), or
+	// the provider refused the create because the name was taken and the
+	// live sandbox under it was adopted (found "name taken").
+	EventReused = "reused"
+	// EventFailed: Acquire returned no sandbox after asking the provider:
+	// the create failed, the warm-up failed, or the entry was closed or
+	// could not be marked running (stage says which).
+	EventFailed = "failed"
+	// EventRefused: a tenant quota refused the sandbox before any create.
+	EventRefused = "refused"
+	// EventCleanedUp: a sandbox was terminated (released, reaped, an
+	// orphan, the sandbox of a create whose answer was lost).
+	EventCleanedUp = "cleaned_up"
+	// EventCleanupFailed: the provider's terminate failed; the ledger
+	// entry stays live for the next release or Reconcile.
+	EventCleanupFailed = "cleanup_failed"
+)
+
+// Stats are the lifecycle events one provider's sandboxes saw in this
+// process since Since.
+type Stats struct {
+	Provider      string
+	Since         time.Time
+	Created       int64
+	Reused        int64
+	Failed        int64
+	Refused       int64
+	CleanedUp     int64
+	CleanupFailed int64
+}
+
+// Counters count lifecycle events per provider. Every Manager of a process
+// counts into one (ProcessCounters) unless given its own, so that the
+// API's view of them covers the phases, sessions and direct sandboxes that
+// share its process. They are not persisted: across Lambda instances the
+// log lines are the record (count them with a metric filter on "event").
+type Counters struct {
+	mu    sync.Mutex
+	since time.Time
+	by    map[string]*Stats
+}
+
+// NewCounters returns empty counters starting now.
+func NewCounters() *Counters { return &Counters{since: time.Now().UTC(), by: map[string]*Stats{}} }
+
+var processCounters = NewCounters()
+
+// ProcessCounters are the counters every Manager without its own counts
+// into.
+func ProcessCounters() *Counters { return processCounters }
+
+func (c *Counters) add(provider, event string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.by[provider]
+	if s == nil {
+		s = &Stats{Provider: provider, Since: c.since}
+		c.by[provider] = s
+	}
+	switch event {
+	case EventCreated:
+		s.Created++
+	case EventReused:
+		s.Reused++
+	case EventFailed:
+		s.Failed++
+	case EventRefused:
+		s.Refused++
+	case EventCleanedUp:
+		s.CleanedUp++
+	case EventCleanupFailed:
+		s.CleanupFailed++
+	}
+}
+
+// Since is when counting started.
+func (c *Counters) Since() time.Time { return c.since }
+
+// Snapshot returns the counts of every provider that saw an event, by
+// provider name.
+func (c *Counters) Snapshot() []Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Stats, 0, len(c.by))
+	for _, s := range c.by {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b Stats) int {
+		switch {
+		case a.Provider < b.Provider:
+			return -1
+		case a.Provider > b.Provider:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns the counts of this Manager's provider in its counters.
+func (m *Manager) Stats() Stats {
+	for _, s := range m.counters.Snapshot() {
+		if s.Provider == m.name {
+			return s
+		}
+	}
+	return Stats{Provider: m.name, Since: m.counters.Since()}
+}
+
+// target is the sandbox an event is about.
+type target struct {
+	owner, tenant, name, id string
+}
+
+// record logs one lifecycle event and counts it. attrs add what the event
+// knows beyond the target (reason, stage, err, network).
+func (m *Manager) record(ctx context.Context, level slog.Level, event string, t target, took time.Duration, attrs ...any) {
+	m.counters.add(m.name, event)
+	args := append([]any{
+		"event", event, "provider", m.name, "owner", t.owner, "tenant", t.tenant,
+		"name", t.name, "sandbox_id", t.id, "duration", took,
+	}, attrs...)
+	m.log.Log(ctx, level, "sandbox "+strings.ReplaceAll(event, "_", " "), args...)
+}
