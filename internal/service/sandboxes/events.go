@@ -36,9 +36,13 @@ const (
 )
 
 // Stats are the lifecycle events one provider's sandboxes saw in this
-// process since Since.
+// process since Since: of one tenant's sandboxes in a Snapshot, of all in
+// Manager.Stats.
 type Stats struct {
-	Provider      string
+	Provider string
+	// Tenant is "" for sandboxes no tenant owns (an orphan without a
+	// tenant label) and in a sum over tenants.
+	Tenant        string
 	Since         time.Time
 	Created       int64
 	Reused        int64
@@ -48,7 +52,7 @@ type Stats struct {
 	CleanupFailed int64
 }
 
-// Counters count lifecycle events per provider. Every Manager of a process
+// Counters count lifecycle events per provider and tenant. Every Manager of a process
 // counts into one (ProcessCounters) unless given its own, so that the
 // API's view of them covers the phases, sessions and direct sandboxes that
 // share its process. They are not persisted: across Lambda instances the
@@ -56,11 +60,13 @@ type Stats struct {
 type Counters struct {
 	mu    sync.Mutex
 	since time.Time
-	by    map[string]*Stats
+	by    map[statsKey]*Stats
 }
 
+type statsKey struct{ provider, tenant string }
+
 // NewCounters returns empty counters starting now.
-func NewCounters() *Counters { return &Counters{since: time.Now().UTC(), by: map[string]*Stats{}} }
+func NewCounters() *Counters { return &Counters{since: time.Now().UTC(), by: map[statsKey]*Stats{}} }
 
 var processCounters = NewCounters()
 
@@ -68,13 +74,14 @@ var processCounters = NewCounters()
 // into.
 func ProcessCounters() *Counters { return processCounters }
 
-func (c *Counters) add(provider, event string) {
+func (c *Counters) add(provider, tenant, event string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := c.by[provider]
+	k := statsKey{provider, tenant}
+	s := c.by[k]
 	if s == nil {
-		s = &Stats{Provider: provider, Since: c.since}
-		c.by[provider] = s
+		s = &Stats{Provider: provider, Tenant: tenant, Since: c.since}
+		c.by[k] = s
 	}
 	switch event {
 	case EventCreated:
@@ -95,8 +102,8 @@ func (c *Counters) add(provider, event string) {
 // Since is when counting started.
 func (c *Counters) Since() time.Time { return c.since }
 
-// Snapshot returns the counts of every provider that saw an event, by
-// provider name.
+// Snapshot returns the counts of every provider and tenant that saw an
+// event, by provider and tenant.
 func (c *Counters) Snapshot() []Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,25 +112,34 @@ func (c *Counters) Snapshot() []Stats {
 		out = append(out, *s)
 	}
 	slices.SortFunc(out, func(a, b Stats) int {
-		switch {
-		case a.Provider < b.Provider:
-			return -1
-		case a.Provider > b.Provider:
-			return 1
+		if c := strings.Compare(a.Provider, b.Provider); c != 0 {
+			return c
 		}
-		return 0
+		return strings.Compare(a.Tenant, b.Tenant)
 	})
 	return out
 }
 
-// Stats returns the counts of this Manager's provider in its counters.
+// Sum adds o's counts to s's.
+func (s *Stats) Sum(o Stats) {
+	s.Created += o.Created
+	s.Reused += o.Reused
+	s.Failed += o.Failed
+	s.Refused += o.Refused
+	s.CleanedUp += o.CleanedUp
+	s.CleanupFailed += o.CleanupFailed
+}
+
+// Stats returns the counts of this Manager's provider in its counters,
+// over every tenant.
 func (m *Manager) Stats() Stats {
+	sum := Stats{Provider: m.name, Since: m.counters.Since()}
 	for _, s := range m.counters.Snapshot() {
 		if s.Provider == m.name {
-			return s
+			sum.Sum(s)
 		}
 	}
-	return Stats{Provider: m.name, Since: m.counters.Since()}
+	return sum
 }
 
 // target is the sandbox an event is about.
@@ -134,7 +150,7 @@ type target struct {
 // record logs one lifecycle event and counts it. attrs add what the event
 // knows beyond the target (reason, stage, err, network).
 func (m *Manager) record(ctx context.Context, level slog.Level, event string, t target, took time.Duration, attrs ...any) {
-	m.counters.add(m.name, event)
+	m.counters.add(m.name, t.tenant, event)
 	args := append([]any{
 		"event", event, "provider", m.name, "owner", t.owner, "tenant", t.tenant,
 		"name", t.name, "sandbox_id", t.id, "duration", took,

@@ -157,7 +157,9 @@ func TestLifecycleEventsAreLoggedAndCounted(t *testing.T) {
 	if w := (sandboxes.Stats{Provider: "local", Created: 1, Reused: 2, Failed: 2, Refused: 1, CleanedUp: 4}); got != w {
 		t.Fatalf("counts = %+v, want %+v", got, w)
 	}
-	if snap := counters.Snapshot(); len(snap) != 1 || snap[0].Provider != "local" || snap[0].CleanedUp != 4 {
+	// By tenant: the orphan carried no tenant label.
+	snap := counters.Snapshot()
+	if len(snap) != 2 || snap[0].Tenant != "" || snap[0].CleanedUp != 1 || snap[1].Tenant != "acme" || snap[1].CleanedUp != 3 || snap[1].Created != 1 {
 		t.Fatalf("snapshot = %+v", snap)
 	}
 }
