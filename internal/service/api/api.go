@@ -183,6 +183,7 @@ type sandboxCountsView struct {
 	Refused       int64     `json:"refused"`
 	CleanedUp     int64     `json:"cleaned_up"`
 	CleanupFailed int64     `json:"cleanup_failed"`
+	Gone          int64     `json:"gone"`
 }
 
 type providerInfoView struct {
@@ -255,7 +256,7 @@ func (s *server) sandboxCounts(tenant string) sandboxCountsView {
 		}
 	}
 	return sandboxCountsView{Scope: "process", Since: counters.Since(), Created: sum.Created, Reused: sum.Reused, Failed: sum.Failed,
-		Refused: sum.Refused, CleanedUp: sum.CleanedUp, CleanupFailed: sum.CleanupFailed}
+		Refused: sum.Refused, CleanedUp: sum.CleanedUp, CleanupFailed: sum.CleanupFailed, Gone: sum.Gone}
 }
 
 // nonNil makes an absent list an empty JSON array rather than null.

@@ -483,7 +483,7 @@ func TestProviders(t *testing.T) {
 		`"named_sandboxes":false,"list_by_labels":false,"exec_streaming":true,"file_api":true,"public_url":false,` +
 		`"host_scoped_secrets":true,"list_snapshots":false,"network_modes":["none","all"],"max_lifetime_seconds":7200,"regions":[],` +
 		`"limits":{"cgroups":"v1","volumes":"ext4-image","enforced":["memory","volume_capacity"]}}},` +
-		`"sandboxes":{"scope":"process","since":` + string(since) + `,"created":0,"reused":0,"failed":0,"refused":0,"cleaned_up":0,"cleanup_failed":0}}` + "\n"
+		`"sandboxes":{"scope":"process","since":` + string(since) + `,"created":0,"reused":0,"failed":0,"refused":0,"cleaned_up":0,"cleanup_failed":0,"gone":0}}` + "\n"
 	if string(res.body) != want {
 		t.Fatalf("providers =\n%s\nwant\n%s", res.body, want)
 	}

@@ -44,7 +44,7 @@ func TestProvidersCountsTheTenantsSandboxes(t *testing.T) {
 	if delta(acme0, acme1, "created") != 1 || delta(acme0, acme1, "cleaned_up") != 1 || delta(acme0, acme1, "failed") != 0 {
 		t.Fatalf("acme's counts went from %v to %v; want one create and one cleanup", acme0, acme1)
 	}
-	for _, k := range []string{"created", "reused", "failed", "refused", "cleaned_up", "cleanup_failed"} {
+	for _, k := range []string{"created", "reused", "failed", "refused", "cleaned_up", "cleanup_failed", "gone"} {
 		if delta(globex0, globex1, k) != 0 {
 			t.Fatalf("globex's %s moved with acme's sandbox: %v -> %v", k, globex0, globex1)
 		}

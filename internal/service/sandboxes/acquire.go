@@ -107,6 +107,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 		if _, err := m.st.LedgerClose(ctx, spec.Name, "gone"); err != nil {
 			return Lease{}, fmt.Errorf("ledger: %w", err)
 		}
+		m.record(ctx, slog.LevelWarn, EventGone, target{owner: t.owner, tenant: t.tenant, name: t.name, id: entry.ProviderID}, time.Since(start), "reason", "retried acquire")
 		if _, err := m.begin(ctx, req); err != nil {
 			return Lease{}, err
 		}

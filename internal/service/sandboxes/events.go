@@ -33,6 +33,10 @@ const (
 	// EventCleanupFailed: the provider's terminate failed; the ledger
 	// entry stays live for the next release or Reconcile.
 	EventCleanupFailed = "cleanup_failed"
+	// EventGone: a sandbox the ledger held live had ended without us
+	// (expired, preempted, a container Modal removed), found by a
+	// release, a retried acquire or Reconcile.
+	EventGone = "gone"
 )
 
 // Stats are the lifecycle events one provider's sandboxes saw in this
@@ -50,6 +54,7 @@ type Stats struct {
 	Refused       int64
 	CleanedUp     int64
 	CleanupFailed int64
+	Gone          int64
 }
 
 // Counters count lifecycle events per provider and tenant. Every Manager of a process
@@ -96,6 +101,8 @@ func (c *Counters) add(provider, tenant, event string) {
 		s.CleanedUp++
 	case EventCleanupFailed:
 		s.CleanupFailed++
+	case EventGone:
+		s.Gone++
 	}
 }
 
@@ -128,6 +135,7 @@ func (s *Stats) Sum(o Stats) {
 	s.Refused += o.Refused
 	s.CleanedUp += o.CleanedUp
 	s.CleanupFailed += o.CleanupFailed
+	s.Gone += o.Gone
 }
 
 // Stats returns the counts of this Manager's provider in its counters,

@@ -36,9 +36,10 @@ func eventLines(t *testing.T, out string) []map[string]any {
 }
 
 // Every create, reuse (of a running entry, and of a name the provider
-// found taken), failure, refusal and cleanup, on the real local provider,
-// is one log line carrying provider, owner, tenant, name, id and duration,
-// and one count; a repeated release counts nothing more.
+// found taken), failure, refusal, cleanup and sandbox found gone, on the
+// real local provider, is one log line carrying provider, owner, tenant,
+// name, id and duration, and one count; a repeated release counts nothing
+// more.
 func TestLifecycleEventsAreLoggedAndCounted(t *testing.T) {
 	e := newEnv(t)
 	var out testlog.Buffer
@@ -90,6 +91,15 @@ func TestLifecycleEventsAreLoggedAndCounted(t *testing.T) {
 	if _, err := m.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec("j-ev-long", time.Hour)}); err == nil {
 		t.Fatal("a lifetime past max_sandbox_ttl was admitted")
 	}
+	// A sandbox that ends behind the ledger's back (a container the
+	// provider removed) is found gone by the release.
+	vanished, err := acquire("j-ev-gone", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.prov.Provider.Terminate(ctx, vanished.Sandbox.ID); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := m.ReleaseOwner(ctx, owner, "job done"); err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +125,10 @@ func TestLifecycleEventsAreLoggedAndCounted(t *testing.T) {
 		{"failed", "j-ev-warm", "*", "stage", "warm-up", "WARN"},
 		{"cleaned_up", "j-ev-warm", "*", "reason", "warm-up failed", "INFO"},
 		{"refused", "j-ev-long", "", "", "", "INFO"},
+		{"created", "j-ev-gone", vanished.Sandbox.ID, "", "", "INFO"},
 		{"cleaned_up", "j-ev", first.Sandbox.ID, "reason", "job done", "INFO"},
 		{"cleaned_up", "j-ev-taken", stray.ID, "reason", "job done", "INFO"},
+		{"gone", "j-ev-gone", vanished.Sandbox.ID, "reason", "job done", "WARN"},
 		{"cleaned_up", "orphan-ev", orphan.ID, "reason", "orphan: the ledger does not know it", "WARN"},
 	}
 	lines := eventLines(t, out.String())
@@ -149,17 +161,17 @@ func TestLifecycleEventsAreLoggedAndCounted(t *testing.T) {
 			t.Errorf("line %d: owner %v tenant %v", i, l["owner"], l["tenant"])
 		}
 	}
-	if l := lines[7]; l["network"] == nil {
+	if l := lines[8]; l["network"] == nil {
 		t.Errorf("a cleanup line lacks what the sandbox sent and received: %v", l)
 	}
 	got := m.Stats()
 	got.Since = time.Time{}
-	if w := (sandboxes.Stats{Provider: "local", Created: 1, Reused: 2, Failed: 2, Refused: 1, CleanedUp: 4}); got != w {
+	if w := (sandboxes.Stats{Provider: "local", Created: 2, Reused: 2, Failed: 2, Refused: 1, CleanedUp: 4, Gone: 1}); got != w {
 		t.Fatalf("counts = %+v, want %+v", got, w)
 	}
 	// By tenant: the orphan carried no tenant label.
 	snap := counters.Snapshot()
-	if len(snap) != 2 || snap[0].Tenant != "" || snap[0].CleanedUp != 1 || snap[1].Tenant != "acme" || snap[1].CleanedUp != 3 || snap[1].Created != 1 {
+	if len(snap) != 2 || snap[0].Tenant != "" || snap[0].CleanedUp != 1 || snap[1].Tenant != "acme" || snap[1].CleanedUp != 3 || snap[1].Created != 2 || snap[1].Gone != 1 {
 		t.Fatalf("snapshot = %+v", snap)
 	}
 }

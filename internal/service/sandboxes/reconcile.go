@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -228,9 +229,10 @@ func (m *Manager) reconcileByGet(ctx context.Context, live []store.LedgerEntry, 
 const reasonOrphan = "orphan: the ledger does not know it"
 
 func (m *Manager) closeGone(ctx context.Context, e store.LedgerEntry) error {
+	start := time.Now()
 	if _, err := m.close(ctx, e.Name, "gone"); err != nil {
 		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
 	}
-	m.log.Info("closed the ledger entry of a sandbox that is gone", "name", e.Name, "sandbox_id", e.ProviderID)
+	m.record(ctx, slog.LevelWarn, EventGone, target{owner: e.Owner, tenant: e.Tenant, name: e.Name, id: e.ProviderID}, time.Since(start), "reason", "reconcile")
 	return nil
 }

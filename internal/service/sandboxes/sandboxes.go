@@ -329,8 +329,12 @@ func (m *Manager) terminate(ctx context.Context, t target, reason string) error 
 		return &TerminateError{ID: t.id, Err: err}
 	}
 	if gone {
-		// A repeated release, or a sandbox that ended at its lifetime:
-		// the terminate is idempotent, and nothing was cleaned up now.
+		// The terminate is idempotent, and nothing was cleaned up now.
+		// With a live ledger entry it ended behind the ledger's back; a
+		// repeated release (no entry) is no event.
+		if t.name != "" {
+			m.record(ctx, slog.LevelWarn, EventGone, t, time.Since(start), "reason", reason)
+		}
 		return nil
 	}
 	m.record(ctx, level, EventCleanedUp, t, time.Since(start), "reason", reason, "network", network)
