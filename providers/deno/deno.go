@@ -94,6 +94,9 @@ type record struct {
 	snapshot  string
 	mounts    []providers.Mount
 	createdAt time.Time
+	// ports are the exposed ports' public URLs. Deno does not list them,
+	// so only this process knows them: a Get elsewhere answers none.
+	ports map[int]string
 }
 
 type flight struct {
@@ -163,8 +166,11 @@ func (p *Provider) Info(context.Context) (providers.Info, error) {
 			ExecStreaming:     true,
 			FileAPI:           true,
 			HostScopedSecrets: true,
-			NetworkModes:      []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
-			Regions:           slices.Clone(regions),
+			// Exposed ports get Deno's own URL (exposeHttp), which has
+			// no auth in front of it.
+			PublicURL:    true,
+			NetworkModes: []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll, providers.NetworkAllowlist},
+			Regions:      slices.Clone(regions),
 		},
 	}, nil
 }
@@ -256,10 +262,17 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 	p.conns[rc.id] = rc
 	p.records[rc.id] = rec
 	p.mu.Unlock()
-	p.log.Info("sandbox created", "id", rc.id, "snapshot", spec.Snapshot, "mounts", len(spec.Mounts), "expires", rec.until)
+	ports, err := p.exposeAll(ctx, rc.id, spec.ExposePorts)
+	if err != nil {
+		// A sandbox without the ports it was asked for is not the one
+		// asked for: end it rather than leave it running.
+		p.abandon(ctx, cfg, rc.id)
+		return providers.Sandbox{}, err
+	}
+	p.log.Info("sandbox created", "id", rc.id, "snapshot", spec.Snapshot, "mounts", len(spec.Mounts), "ports", len(ports), "expires", rec.until)
 	return providers.Sandbox{
 		ID: rc.id, Name: spec.Name, Labels: sc.Labels, State: providers.StateRunning, Snapshot: spec.Snapshot,
-		Mounts: rec.mounts, CreatedAt: rec.createdAt, ExpiresAt: rec.until,
+		Mounts: rec.mounts, CreatedAt: rec.createdAt, ExpiresAt: rec.until, PortURLs: ports,
 	}, nil
 }
 
@@ -351,6 +364,13 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if !envNameRE.MatchString(k) {
 			return bad("%q cannot be an environment variable name", k)
 		}
+	}
+	seen := map[int]bool{}
+	for _, port := range spec.ExposePorts {
+		if port < 1 || port > 65535 || seen[port] {
+			return bad("expose port %d: ports are from 1 to 65535, each once", port)
+		}
+		seen[port] = true
 	}
 	rec := &record{until: now.Add(lifetime), snapshot: spec.Snapshot, createdAt: now}
 	if spec.Snapshot != "" {

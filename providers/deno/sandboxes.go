@@ -2,6 +2,7 @@ package deno
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/url"
@@ -52,7 +53,7 @@ func (p *Provider) sandbox(l listed) providers.Sandbox {
 	}
 	p.mu.Lock()
 	if r := p.records[l.ID]; r != nil {
-		sb.Snapshot, sb.Mounts, sb.ExpiresAt = r.snapshot, slices.Clone(r.mounts), r.until
+		sb.Snapshot, sb.Mounts, sb.ExpiresAt, sb.PortURLs = r.snapshot, slices.Clone(r.mounts), r.until, maps.Clone(r.ports)
 	}
 	p.mu.Unlock()
 	return sb
@@ -207,6 +208,28 @@ func (p *Provider) extend(ctx context.Context, cfg *configured, id string, want 
 		return time.Time{}, err
 	}
 	return time.UnixMilli(out.StopAtMs), nil
+}
+
+// exposeAll exposes ports of a new sandbox (CreateSpec.ExposePorts) and
+// keeps their URLs in its record, for Get.
+func (p *Provider) exposeAll(ctx context.Context, id string, ports []int) (map[int]string, error) {
+	if len(ports) == 0 {
+		return nil, nil
+	}
+	urls := make(map[int]string, len(ports))
+	for _, port := range ports {
+		u, err := p.ExposeHTTP(ctx, id, port)
+		if err != nil {
+			return nil, fmt.Errorf("expose port %d: %w", port, err)
+		}
+		urls[port] = u
+	}
+	p.mu.Lock()
+	if r := p.records[id]; r != nil {
+		r.ports = maps.Clone(urls)
+	}
+	p.mu.Unlock()
+	return urls, nil
 }
 
 // ExposeHTTP makes port of the sandbox public and returns its URL, which

@@ -144,3 +144,30 @@ func BenchmarkFiles(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkGet is Get through the plugin for a sandbox without and with an
+// exposed port: the second also asks for its tunnels (one more RPC), which
+// the sandbox owner pays on every reuse and cleanup of such a sandbox.
+func BenchmarkGet(b *testing.B) {
+	f := startFake(b, fakemodal.Options{})
+	p := startPlugin(b, settingsFor(f.URL, nil), testSecrets(), nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		ports []int
+	}{{"no-ports", nil}, {"one-port", []int{8080}}} {
+		sb, err := p.Create(ctx, providers.CreateSpec{Lifetime: time.Hour, ExposePorts: c.ports})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				got, err := p.Get(ctx, sb.ID)
+				if err != nil || len(got.PortURLs) != len(c.ports) {
+					b.Fatalf("get: %+v, %v", got, err)
+				}
+			}
+		})
+		_ = p.Terminate(ctx, sb.ID)
+	}
+}

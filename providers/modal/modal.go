@@ -82,6 +82,9 @@ const (
 	tagCreate  = tagPrefix + "create" // a nonce per Create call: our own lost answer, or someone else's sandbox
 	tagCreated = tagPrefix + "created"
 	tagExpires = tagPrefix + "expires"
+	// tagPorts lists the sandbox's open ports ("5173,8080"), so that Get
+	// asks for tunnels only for a sandbox that has some.
+	tagPorts = tagPrefix + "ports"
 )
 
 // ErrStaleContainer is wrapped, with code NotFound, by the errors of calls
@@ -144,8 +147,11 @@ func (p *Provider) Info(context.Context) (providers.Info, error) {
 			ListByLabels:   true,
 			ExecStreaming:  true,
 			FileAPI:        true,
-			NetworkModes:   []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
-			MaxLifetime:    maxLifetime,
+			// Exposed ports are Modal tunnels (https URLs Modal serves,
+			// with no auth of sandstep's in front).
+			PublicURL:    true,
+			NetworkModes: []providers.NetworkMode{providers.NetworkNone, providers.NetworkAll},
+			MaxLifetime:  maxLifetime,
 		},
 	}, nil
 }
@@ -299,6 +305,10 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	case len(spec.Mounts) > 0:
 		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no volumes")
 	}
+	ports, err := openPorts(st.s.OpenPorts, spec.ExposePorts)
+	if err != nil {
+		return providers.Sandbox{}, false, err
+	}
 	lifetime := firstPositive(spec.Lifetime, st.s.Timeout.D(), st.defaults.Lifetime, 5*time.Minute)
 	if lifetime > maxLifetime {
 		return providers.Sandbox{}, false, providers.Errorf(providers.InvalidArgument, op, "lifetime %s is above Modal's cap of 24h", lifetime)
@@ -334,6 +344,9 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	tags[tagCreate] = nonce
 	tags[tagCreated] = now.Format(time.RFC3339)
 	tags[tagExpires] = now.Add(lifetime).Format(time.RFC3339)
+	if len(ports) > 0 {
+		tags[tagPorts] = joinPorts(ports)
+	}
 
 	def := pb.Sandbox_builder{
 		ImageId:       imageID,
@@ -354,12 +367,12 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if region := firstNonEmpty(spec.Region, st.s.Region); region != "" {
 		def.SchedulerPlacement = pb.SchedulerPlacement_builder{Regions: []string{region}}.Build()
 	}
-	if len(st.s.OpenPorts) > 0 {
-		var ports []*pb.PortSpec
-		for _, port := range st.s.OpenPorts {
-			ports = append(ports, pb.PortSpec_builder{Port: uint32(port)}.Build())
+	if len(ports) > 0 {
+		var specs []*pb.PortSpec
+		for _, port := range ports {
+			specs = append(specs, pb.PortSpec_builder{Port: uint32(port)}.Build())
 		}
-		def.OpenPorts = pb.PortSpecs_builder{Ports: ports}.Build()
+		def.OpenPorts = pb.PortSpecs_builder{Ports: specs}.Build()
 	}
 	if spec.Resources.DiskMB > 0 {
 		def.Resources.SetEphemeralDiskMb(uint32(spec.Resources.DiskMB))
@@ -400,7 +413,16 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 		p.abandon(ctx, st, id)
 		return providers.Sandbox{}, false, err
 	}
-	return sandboxFrom(id, tags, providers.StateRunning), reused, nil
+	sb := sandboxFrom(id, tags, providers.StateRunning)
+	if len(ports) > 0 {
+		// Modal's create answers before the tunnels are up; GetTunnels
+		// waits for them.
+		if sb.PortURLs, err = p.PortURLs(ctx, id); err != nil {
+			p.abandon(ctx, st, id)
+			return providers.Sandbox{}, false, err
+		}
+	}
+	return sb, reused, nil
 }
 
 // holderOfName finds the running sandbox holding name and tells whether
@@ -471,7 +493,20 @@ func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error
 		state = providers.StateTerminated
 		p.dropRoute(id)
 	}
-	return sandboxFrom(id, tags, state), nil
+	sb := sandboxFrom(id, tags, state)
+	if state == providers.StateRunning && tags[tagPorts] != "" {
+		urls, err := p.PortURLs(ctx, id)
+		switch {
+		case err == nil:
+			sb.PortURLs = urls
+		case providers.CodeOf(err) == providers.FailedPrecondition:
+			// It ended between the two calls.
+			sb.State = providers.StateTerminated
+		default:
+			return providers.Sandbox{}, err
+		}
+	}
+	return sb, nil
 }
 
 // List returns the running sandboxes of the App carrying every label (and
@@ -591,6 +626,27 @@ func (p *Provider) PortURLs(ctx context.Context, id string) (map[int]string, err
 		urls[int(t.GetContainerPort())] = u
 	}
 	return urls, nil
+}
+
+// openPorts is the settings' open_ports and the spec's ExposePorts, each
+// once, sorted; a port out of range is refused.
+func openPorts(always, asked []int) ([]int, error) {
+	for _, port := range asked {
+		if port < 1 || port > 65535 {
+			return nil, providers.Errorf(providers.InvalidArgument, "create", "expose port %d: ports are from 1 to 65535", port)
+		}
+	}
+	ports := slices.Concat(always, asked)
+	slices.Sort(ports)
+	return slices.Compact(ports), nil
+}
+
+func joinPorts(ports []int) string {
+	parts := make([]string, len(ports))
+	for i, port := range ports {
+		parts[i] = strconv.Itoa(port)
+	}
+	return strings.Join(parts, ",")
 }
 
 // sandboxFrom makes a Sandbox of an id and its tags.

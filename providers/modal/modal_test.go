@@ -2,8 +2,10 @@ package modal_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -241,6 +243,61 @@ func TestPortURLs(t *testing.T) {
 	}
 	if _, err := p.PortURLs(t.Context(), sb.ID); providers.CodeOf(err) != providers.FailedPrecondition {
 		t.Errorf("PortURLs after terminate: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestCreateExposesPorts: CreateSpec.ExposePorts (with the settings'
+// open_ports) are opened as Modal tunnels at create, through the plugin
+// protocol; Create and Get answer their URLs in PortURLs; a bad port is
+// refused before any call makes a sandbox.
+func TestCreateExposesPorts(t *testing.T) {
+	f := startFake(t, fakemodal.Options{})
+	p := inProcess(t, f, map[string]any{"open_ports": []int{9000}})
+	ctx := t.Context()
+	info, err := p.Info(ctx)
+	if err != nil || !info.Capabilities.PublicURL {
+		t.Fatalf("Info = %+v, %v; want the public-url capability", info.Capabilities, err)
+	}
+	sb, err := p.Create(ctx, providers.CreateSpec{Name: "ports-1", Lifetime: time.Minute, ExposePorts: []int{8080, 9000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Terminate(context.WithoutCancel(ctx), sb.ID)
+	// The fake names a tunnel's host after the task and the port.
+	if len(sb.PortURLs) != 2 || !strings.HasSuffix(sb.PortURLs[8080], "-8080.modal.fake.invalid") || !strings.HasSuffix(sb.PortURLs[9000], "-9000.modal.fake.invalid") ||
+		!strings.HasPrefix(sb.PortURLs[8080], "https://") {
+		t.Fatalf("Create's PortURLs = %v", sb.PortURLs)
+	}
+	got, err := p.Get(ctx, sb.ID)
+	if err != nil || !maps.Equal(got.PortURLs, sb.PortURLs) {
+		t.Fatalf("Get's PortURLs = %v, %v; want %v", got.PortURLs, err, sb.PortURLs)
+	}
+	if _, ok := got.Labels["sandstep.modal.ports"]; ok {
+		t.Errorf("the provider's own tag shows as a label: %v", got.Labels)
+	}
+	plain, err := p.Create(ctx, providers.CreateSpec{Name: "ports-none", Lifetime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Terminate(context.WithoutCancel(ctx), plain.ID)
+	if len(plain.PortURLs) != 1 || plain.PortURLs[9000] == "" {
+		t.Errorf("a sandbox asking for no port has the settings' only: %v", plain.PortURLs)
+	}
+
+	before := f.Stats().Creates
+	for _, bad := range []int{0, 65536} {
+		if _, err := p.Create(ctx, providers.CreateSpec{Name: "ports-bad", ExposePorts: []int{bad}}); providers.CodeOf(err) != providers.InvalidArgument {
+			t.Errorf("port %d: %v, want InvalidArgument", bad, err)
+		}
+	}
+	if n := f.Stats().Creates; n != before {
+		t.Fatalf("the refused creates reached Modal (%d creates, want %d)", n, before)
+	}
+	if err := p.Terminate(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.Get(ctx, sb.ID); err != nil || got.State != providers.StateTerminated || len(got.PortURLs) != 0 {
+		t.Fatalf("Get after terminate: %+v, %v", got, err)
 	}
 }
 

@@ -165,7 +165,30 @@ func TestStaleModalContainerMidCrawl(t *testing.T) {
 				return nil
 			}}
 		}})
+	// Never two live sandboxes for the job: the fake's running ones are
+	// sampled for the whole job (it is the fake's only job).
+	most := make(chan int, 1)
+	stop := make(chan struct{})
+	go func() {
+		n := 0
+		for {
+			n = max(n, len(fake.Sandboxes()))
+			select {
+			case <-stop:
+				most <- n
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
 	job := s.research(t, id, "light", "balanced", seeds)
+	close(stop)
+	switch n := <-most; {
+	case n > 1:
+		t.Errorf("%d sandboxes ran at once for one job", n)
+	case n == 0:
+		t.Errorf("the sampling never saw the job's sandbox")
+	}
 	t.Logf("fallbacks: %v", fallbacks(job))
 	if len(fallbacks(job)) == 0 {
 		t.Errorf("no fallback recorded after the container vanished")

@@ -19,6 +19,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/direct"
 	"github.com/sandstep/sandstep/internal/service/docsearch"
 	"github.com/sandstep/sandstep/internal/service/quota"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/sessions"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/tools"
@@ -50,6 +51,10 @@ type Options struct {
 	Executor Executor
 	// Provider answers GET /v1/providers; nil makes that route 503.
 	Provider ProviderInfo
+	// SandboxCounters are the lifecycle counts GET /v1/providers shows
+	// (the caller's tenant's); nil means sandboxes.ProcessCounters(), what
+	// every Manager of this process counts into.
+	SandboxCounters *sandboxes.Counters
 	// Deployment is this stack's id ([provider] deployment; the stack
 	// name in AWS), shown by GET /v1/providers.
 	Deployment string
@@ -160,8 +165,25 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request, c *call) error 
 type providerView struct {
 	// Deployment is the id in the labels of everything this stack
 	// creates at the provider; its reaper touches nothing else.
-	Deployment string           `json:"deployment"`
-	Active     providerInfoView `json:"active"`
+	Deployment string            `json:"deployment"`
+	Active     providerInfoView  `json:"active"`
+	Sandboxes  sandboxCountsView `json:"sandboxes"`
+}
+
+// sandboxCountsView is what the sandboxes of the caller's tenant went
+// through in this process (sandboxes.Counters): on a machine, the whole
+// stack; in AWS, this API instance's direct sandboxes only, the rest is
+// in the log lines.
+type sandboxCountsView struct {
+	Scope         string    `json:"scope"`
+	Since         time.Time `json:"since"`
+	Created       int64     `json:"created"`
+	Reused        int64     `json:"reused"`
+	Failed        int64     `json:"failed"`
+	Refused       int64     `json:"refused"`
+	CleanedUp     int64     `json:"cleaned_up"`
+	CleanupFailed int64     `json:"cleanup_failed"`
+	Gone          int64     `json:"gone"`
 }
 
 type providerInfoView struct {
@@ -216,7 +238,25 @@ func (s *server) providers(w http.ResponseWriter, r *http.Request, c *call) erro
 			Limits: limitsView{Cgroups: caps.Limits.Cgroups, Volumes: caps.Limits.Volumes, Enforced: nonNil(caps.Limits.Enforced)},
 		},
 	}}
+	v.Sandboxes = s.sandboxCounts(c.tenant)
 	return writeJSON(w, http.StatusOK, v)
+}
+
+// sandboxCounts sums the counts of tenant's sandboxes. A process has one
+// configured provider, so every count is the active provider's.
+func (s *server) sandboxCounts(tenant string) sandboxCountsView {
+	counters := s.opts.SandboxCounters
+	if counters == nil {
+		counters = sandboxes.ProcessCounters()
+	}
+	sum := sandboxes.Stats{}
+	for _, st := range counters.Snapshot() {
+		if st.Tenant == tenant {
+			sum.Sum(st)
+		}
+	}
+	return sandboxCountsView{Scope: "process", Since: counters.Since(), Created: sum.Created, Reused: sum.Reused, Failed: sum.Failed,
+		Refused: sum.Refused, CleanedUp: sum.CleanedUp, CleanupFailed: sum.CleanupFailed, Gone: sum.Gone}
 }
 
 // nonNil makes an absent list an empty JSON array rather than null.

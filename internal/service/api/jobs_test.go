@@ -13,6 +13,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/report"
+	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -473,13 +474,16 @@ func TestReport(t *testing.T) {
 }
 
 func TestProviders(t *testing.T) {
-	e := newEnv(t)
+	counters := sandboxes.NewCounters()
+	e := newEnv(t, func(o *api.Options) { o.SandboxCounters = counters })
+	since, _ := json.Marshal(counters.Since())
 	res := e.get("/v1/providers", tokenAcme)
 	wantStatus(t, res, http.StatusOK)
 	want := `{"deployment":"stack-a","active":{"name":"local","version":"1.2.3","api_version":1,"capabilities":{"snapshots":true,"volumes":true,` +
 		`"named_sandboxes":false,"list_by_labels":false,"exec_streaming":true,"file_api":true,"public_url":false,` +
 		`"host_scoped_secrets":true,"list_snapshots":false,"network_modes":["none","all"],"max_lifetime_seconds":7200,"regions":[],` +
-		`"limits":{"cgroups":"v1","volumes":"ext4-image","enforced":["memory","volume_capacity"]}}}}` + "\n"
+		`"limits":{"cgroups":"v1","volumes":"ext4-image","enforced":["memory","volume_capacity"]}}},` +
+		`"sandboxes":{"scope":"process","since":` + string(since) + `,"created":0,"reused":0,"failed":0,"refused":0,"cleaned_up":0,"cleanup_failed":0,"gone":0}}` + "\n"
 	if string(res.body) != want {
 		t.Fatalf("providers =\n%s\nwant\n%s", res.body, want)
 	}

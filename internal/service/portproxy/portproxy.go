@@ -51,7 +51,14 @@ func New(target, prefix string, onError func(http.ResponseWriter, *http.Request,
 				q.Del("token")
 				pr.Out.URL.RawQuery = q.Encode()
 			}
-			pr.Out.Host = pr.In.Host
+			if u.Scheme == "unix" {
+				// The app in the sandbox sees the host the client asked.
+				pr.Out.Host = pr.In.Host
+			} else {
+				// A provider's own URL (Deno's domain, a Modal tunnel) is
+				// routed by its host name.
+				pr.Out.Host = base.Host
+			}
 			pr.Out.Header.Del("Authorization")
 			pr.Out.Header.Del("Cookie")
 			pr.SetXForwarded()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -86,6 +87,8 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if spec.Name == "" || req.Owner.Kind == "" || req.Owner.Key == "" {
 		return Lease{}, fmt.Errorf("acquire: a sandbox needs a name and an owner: %w", store.ErrInvalid)
 	}
+	start := time.Now()
+	t := target{owner: req.Owner.String(), tenant: req.Owner.Tenant, name: spec.Name}
 	entry, err := m.begin(ctx, req)
 	if err != nil {
 		return Lease{}, err
@@ -93,7 +96,8 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if entry.State == store.LedgerRunning && entry.ProviderID != "" {
 		sb, err := m.prov.Get(ctx, entry.ProviderID)
 		if err == nil && sb.State == providers.StateRunning {
-			m.log.Info("reusing sandbox", "owner", req.Owner.String(), "name", spec.Name, "sandbox_id", sb.ID)
+			t.id = sb.ID
+			m.record(ctx, slog.LevelInfo, EventReused, t, time.Since(start), "found", "ledger")
 			return Lease{Sandbox: sb, Adopted: true}, nil
 		}
 		if err != nil && !providers.IsNotFound(err) {
@@ -103,6 +107,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 		if _, err := m.st.LedgerClose(ctx, spec.Name, "gone"); err != nil {
 			return Lease{}, fmt.Errorf("ledger: %w", err)
 		}
+		m.record(ctx, slog.LevelWarn, EventGone, target{owner: t.owner, tenant: t.tenant, name: t.name, id: entry.ProviderID}, time.Since(start), "reason", "retried acquire")
 		if _, err := m.begin(ctx, req); err != nil {
 			return Lease{}, err
 		}
@@ -113,20 +118,28 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "refused: "+err.Error()); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a refused acquire", "name", spec.Name, "err", cerr)
 		}
+		m.record(ctx, slog.LevelInfo, EventRefused, t, time.Since(start), "err", err)
 		return Lease{}, err
 	}
-	sb, err := m.create(ctx, req)
+	sb, taken, err := m.create(ctx, req)
 	if err != nil {
-		m.endLostCreate(ctx, spec, err)
+		m.record(ctx, slog.LevelWarn, EventFailed, t, time.Since(start), "stage", "create", "err", scrub(err, spec))
+		m.endLostCreate(ctx, t, spec, err)
 		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a failed create", "name", spec.Name, "err", cerr)
 		}
 		return Lease{}, &CreateError{Name: spec.Name, Err: err}
 	}
+	t.id = sb.ID
 	if _, err := m.st.LedgerRunning(ctx, spec.Name, sb.ID); err != nil {
+		stage := "ledger"
+		if errors.Is(err, store.ErrConflict) {
+			stage = "released"
+		}
+		m.record(ctx, slog.LevelWarn, EventFailed, t, time.Since(start), "stage", stage, "err", err)
 		// Closed meanwhile (the owner was released), or the store failed:
 		// either way this sandbox must not outlive the call untracked.
-		if rerr := m.end(context.WithoutCancel(ctx), req.Owner.String(), spec.Name, sb.ID, "released during create"); rerr != nil {
+		if rerr := m.end(context.WithoutCancel(ctx), t, "released during create"); rerr != nil {
 			m.log.Error("terminate a sandbox whose ledger entry could not be marked running", "sandbox_id", sb.ID, "err", rerr)
 		}
 		if errors.Is(err, store.ErrConflict) {
@@ -136,33 +149,40 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	}
 	if req.Ready != nil {
 		if err := req.Ready(ctx, sb); err != nil {
-			if rerr := m.end(context.WithoutCancel(ctx), req.Owner.String(), spec.Name, sb.ID, "warm-up failed"); rerr != nil {
+			m.record(ctx, slog.LevelWarn, EventFailed, t, time.Since(start), "stage", "warm-up", "err", scrub(err, spec))
+			if rerr := m.end(context.WithoutCancel(ctx), t, "warm-up failed"); rerr != nil {
 				m.log.Error("terminate a sandbox that could not be used", "sandbox_id", sb.ID, "err", rerr)
 			}
 			return Lease{}, err
 		}
 	}
-	m.log.Info("sandbox created", "owner", req.Owner.String(), "name", spec.Name, "sandbox_id", sb.ID)
+	if taken {
+		m.record(ctx, slog.LevelInfo, EventReused, t, time.Since(start), "found", "name taken")
+	} else {
+		m.record(ctx, slog.LevelInfo, EventCreated, t, time.Since(start))
+	}
 	return Lease{Sandbox: sb}, nil
 }
 
 // create asks the provider, handling the answers that do not mean failure.
-func (m *Manager) create(ctx context.Context, req Request) (providers.Sandbox, error) {
-	sb, err := m.prov.Create(ctx, req.Spec)
+// taken: the name was taken by a live sandbox, which is returned instead.
+func (m *Manager) create(ctx context.Context, req Request) (sb providers.Sandbox, taken bool, err error) {
+	sb, err = m.prov.Create(ctx, req.Spec)
 	if providers.CodeOf(err) == providers.FailedPrecondition && req.Unblock != nil {
 		if uerr := req.Unblock(ctx); uerr != nil {
 			m.log.Warn("unblocking a create", "name", req.Spec.Name, "err", uerr)
 		}
 		if _, berr := m.begin(ctx, req); berr != nil {
-			return providers.Sandbox{}, berr
+			return providers.Sandbox{}, false, berr
 		}
 		sb, err = m.prov.Create(ctx, req.Spec)
 	}
 	if providers.CodeOf(err) == providers.AlreadyExists {
 		// A previous attempt created it but did not live to record it.
 		sb, err = m.findByName(ctx, req.Spec.Name)
+		return sb, err == nil, err
 	}
-	return sb, err
+	return sb, false, err
 }
 
 // endLostCreate handles a create that failed in a way that does not say
@@ -171,7 +191,7 @@ func (m *Manager) create(ctx context.Context, req Request) (providers.Sandbox, e
 // is terminated before its ledger entry closes. Elsewhere (Sandy has no
 // names and no listing) it cannot be found, and it ends at the lifetime it
 // was created with.
-func (m *Manager) endLostCreate(ctx context.Context, spec providers.CreateSpec, cause error) {
+func (m *Manager) endLostCreate(ctx context.Context, t target, spec providers.CreateSpec, cause error) {
 	name := spec.Name
 	switch providers.CodeOf(cause) {
 	case providers.Unavailable, providers.DeadlineExceeded, providers.Internal:
@@ -182,9 +202,10 @@ func (m *Manager) endLostCreate(ctx context.Context, spec providers.CreateSpec, 
 	sb, err := m.findByName(ctx, name)
 	switch {
 	case err == nil:
-		if terr := m.prov.Terminate(ctx, sb.ID); terr != nil {
-			m.log.Error("terminate the sandbox of a create whose answer was lost", "sandbox_id", sb.ID, "err", terr)
-		}
+		t.id = sb.ID
+		// A failure is logged and counted by terminate; the entry closes
+		// anyway, and Reconcile finds the sandbox as an orphan.
+		_ = m.terminate(ctx, t, "create answer lost")
 	case providers.IsUnsupported(err):
 		m.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", scrub(cause, spec))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/store"
@@ -129,11 +130,7 @@ func (m *Manager) reap(ctx context.Context, e store.LedgerEntry, reason string) 
 			return err
 		}
 	}
-	if err := m.end(ctx, e.Owner, e.Name, id, "reaped: "+reason); err != nil {
-		return err
-	}
-	m.log.Info("reaped sandbox", "name", e.Name, "sandbox_id", id, "owner", e.Owner, "reason", reason)
-	return nil
+	return m.end(ctx, target{owner: e.Owner, tenant: e.Tenant, name: e.Name, id: id}, "reaped: "+reason)
 }
 
 // reconcileByList compares the provider's sandboxes with the ledger: a
@@ -163,12 +160,11 @@ func (m *Manager) reconcileByList(ctx context.Context, live []store.LedgerEntry,
 		if known {
 			continue
 		}
-		if err := m.prov.Terminate(ctx, sb.ID); err != nil {
-			errs = append(errs, fmt.Errorf("terminate orphan %s: %w", sb.ID, err))
+		if err := m.terminate(ctx, target{tenant: sb.Labels[providers.LabelTenant], name: sb.Name, id: sb.ID}, reasonOrphan); err != nil {
+			errs = append(errs, fmt.Errorf("terminate orphan: %w", err))
 			continue
 		}
 		c.Orphans++
-		m.log.Warn("terminated a sandbox the ledger does not know", "sandbox_id", sb.ID, "name", sb.Name, "labels", sb.Labels)
 	}
 	for _, e := range live {
 		if e.State != store.LedgerRunning || e.ProviderID == "" || present[e.ProviderID] {
@@ -229,10 +225,14 @@ func (m *Manager) reconcileByGet(ctx context.Context, live []store.LedgerEntry, 
 	return errors.Join(errs...)
 }
 
+// reasonOrphan is the reason a sandbox the ledger does not know is ended.
+const reasonOrphan = "orphan: the ledger does not know it"
+
 func (m *Manager) closeGone(ctx context.Context, e store.LedgerEntry) error {
+	start := time.Now()
 	if _, err := m.close(ctx, e.Name, "gone"); err != nil {
 		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
 	}
-	m.log.Info("closed the ledger entry of a sandbox that is gone", "name", e.Name, "sandbox_id", e.ProviderID)
+	m.record(ctx, slog.LevelWarn, EventGone, target{owner: e.Owner, tenant: e.Tenant, name: e.Name, id: e.ProviderID}, time.Since(start), "reason", "reconcile")
 	return nil
 }

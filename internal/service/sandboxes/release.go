@@ -28,18 +28,18 @@ func (m *Manager) Release(ctx context.Context, owner Owner, ref Ref, reason stri
 	case name != "":
 		e, err := m.st.LedgerGet(ctx, name)
 		if errors.Is(err, store.ErrNotFound) {
-			return m.end(ctx, owner.String(), "", id, reason)
+			return m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: "", id: id}, reason)
 		}
 		if err != nil {
 			// The sandbox goes anyway when its id is known; the entry is
 			// closed by Reconcile once the provider no longer has it.
-			return errors.Join(fmt.Errorf("ledger: %w", err), m.end(ctx, owner.String(), "", id, reason))
+			return errors.Join(fmt.Errorf("ledger: %w", err), m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: "", id: id}, reason))
 		}
 		if e.Owner != owner.String() {
 			return fmt.Errorf("release %s (owner %s) for %s: %w", name, e.Owner, owner, ErrNotOwner)
 		}
 		if e.State == store.LedgerTerminated {
-			return m.end(ctx, owner.String(), "", id, reason)
+			return m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: "", id: id}, reason)
 		}
 		if id == "" {
 			if id = e.ProviderID; id == "" {
@@ -61,7 +61,7 @@ func (m *Manager) Release(ctx context.Context, owner Owner, ref Ref, reason stri
 			}
 		}
 	}
-	return m.end(ctx, owner.String(), name, id, reason)
+	return m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: name, id: id}, reason)
 }
 
 // ReleaseOwner terminates every live sandbox the ledger holds for owner and
@@ -90,7 +90,7 @@ func (m *Manager) ReleaseOwner(ctx context.Context, owner Owner, reason string) 
 				continue
 			}
 		}
-		if err := m.end(ctx, owner.String(), e.Name, id, reason); err != nil {
+		if err := m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: e.Name, id: id}, reason); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -136,7 +136,7 @@ func (m *Manager) releaseListed(ctx context.Context, owner Owner, reason string,
 				name = e.Name
 			}
 		}
-		if err := m.end(ctx, owner.String(), name, sb.ID, reason); err != nil {
+		if err := m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: name, id: sb.ID}, reason); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -159,12 +159,11 @@ func (m *Manager) ReleaseAll(ctx context.Context, reason string) (int, error) {
 		if !m.mine(e) {
 			continue
 		}
-		if err := m.end(ctx, e.Owner, e.Name, e.ProviderID, reason); err != nil {
+		if err := m.end(ctx, target{owner: e.Owner, tenant: e.Tenant, name: e.Name, id: e.ProviderID}, reason); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		n++
-		m.log.Info("terminated sandbox", "reason", reason, "sandbox_id", e.ProviderID, "name", e.Name, "owner", e.Owner)
 	}
 	return n, errors.Join(errs...)
 }

@@ -86,11 +86,14 @@ type Options struct {
 	// by (max_sandbox_ttl, concurrent_sandboxes, sandbox_creations_per_hour);
 	// nil allows everything. The slot is given back when the entry closes.
 	Quotas *quota.Enforcer
+	// Counters, when set, count this Manager's lifecycle events; nil
+	// counts them in ProcessCounters.
+	Counters *Counters
 }
 
 // Manager acquires and releases sandboxes. It is safe for concurrent use
-// and holds no state of its own beyond the provider's capabilities: several
-// Managers over one store and provider agree.
+// and holds no state of its own beyond the provider's capabilities and the
+// counts of events: several Managers over one store and provider agree.
 type Manager struct {
 	st   *store.Store
 	prov providers.Provider
@@ -99,6 +102,8 @@ type Manager struct {
 	log  *slog.Logger
 	now  func() time.Time
 	quot *quota.Enforcer
+	// counters is the one piece of state of its own: counts of events.
+	counters *Counters
 
 	capsMu sync.Mutex
 	caps   *providers.Capabilities
@@ -117,7 +122,11 @@ func New(o Options) *Manager {
 	if now == nil {
 		now = time.Now
 	}
-	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now, quot: o.Quotas}
+	counters := o.Counters
+	if counters == nil {
+		counters = ProcessCounters()
+	}
+	return &Manager{st: o.Store, prov: o.Provider, name: o.ProviderName, dep: o.Deployment, log: log, now: now, quot: o.Quotas, counters: counters}
 }
 
 // Deployment is the deployment id the Manager labels sandboxes with.
@@ -281,23 +290,54 @@ func (m *Manager) findByName(ctx context.Context, name string) (providers.Sandbo
 	return providers.Sandbox{}, providers.Errorf(providers.NotFound, "find", "no live sandbox named %q", name)
 }
 
-// end terminates the sandbox id (when known) and closes the entry name
-// (when known). What the sandbox sent and received is logged first, read
-// while it lives.
-func (m *Manager) end(ctx context.Context, owner, name, id, reason string) error {
-	if id != "" {
-		if sb, err := m.prov.Get(ctx, id); err == nil {
-			m.log.Info("sandbox network usage", "owner", owner, "sandbox_id", id, "network", sb.Network)
-		}
-		if err := m.prov.Terminate(ctx, id); err != nil {
-			return &TerminateError{ID: id, Err: err}
+// end terminates the sandbox t.id (when known) and closes the entry t.name
+// (when known).
+func (m *Manager) end(ctx context.Context, t target, reason string) error {
+	if t.id != "" {
+		if err := m.terminate(ctx, t, reason); err != nil {
+			return err
 		}
 	}
-	if name != "" {
-		if _, err := m.close(ctx, name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return fmt.Errorf("ledger close %s: %w", name, err)
+	if t.name != "" {
+		if _, err := m.close(ctx, t.name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("ledger close %s: %w", t.name, err)
 		}
 	}
+	return nil
+}
+
+// terminate ends the sandbox t.id, the one way every cleanup takes, and
+// records it. What the sandbox sent and received is read first, while it
+// lives, and logged with the event.
+func (m *Manager) terminate(ctx context.Context, t target, reason string) error {
+	start := time.Now()
+	var network any
+	gone := false
+	switch sb, err := m.prov.Get(ctx, t.id); {
+	case err == nil:
+		network = sb.Network
+		gone = sb.State == providers.StateTerminated
+	case providers.IsNotFound(err):
+		gone = true
+	}
+	level := slog.LevelInfo
+	if reason == reasonOrphan {
+		level = slog.LevelWarn
+	}
+	if err := m.prov.Terminate(ctx, t.id); err != nil {
+		m.record(ctx, slog.LevelError, EventCleanupFailed, t, time.Since(start), "reason", reason, "err", err)
+		return &TerminateError{ID: t.id, Err: err}
+	}
+	if gone {
+		// The terminate is idempotent, and nothing was cleaned up now.
+		// With a live ledger entry it ended behind the ledger's back; a
+		// repeated release (no entry) is no event.
+		if t.name != "" {
+			m.record(ctx, slog.LevelWarn, EventGone, t, time.Since(start), "reason", reason)
+		}
+		return nil
+	}
+	m.record(ctx, level, EventCleanedUp, t, time.Since(start), "reason", reason, "network", network)
 	return nil
 }
 

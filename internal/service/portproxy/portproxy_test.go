@@ -1,0 +1,51 @@
+package portproxy_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	"github.com/sandstep/sandstep/internal/service/portproxy"
+)
+
+// A provider's own URL (Deno's exposeHttp domain, a Modal tunnel) is
+// routed by its host name: the forward carries the target's host, the
+// path under the port's prefix, and none of sandstep's credentials.
+func TestForwardToAProvidersURL(t *testing.T) {
+	type seen struct{ host, path, query, auth, cookie string }
+	got := make(chan seen, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.Host, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), r.Header.Get("Cookie")}
+		_, _ = io.WriteString(w, "served")
+	}))
+	defer target.Close()
+	prefix := "/v1/sandboxes/sb1/ports/8000"
+	h, err := portproxy.New(target.URL, prefix, func(w http.ResponseWriter, _ *http.Request, err error) {
+		t.Errorf("forward failed: %v", err)
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(h)
+	defer front.Close()
+	req, _ := http.NewRequest("GET", front.URL+prefix+"/app/page?token=secret&x=1", nil)
+	req.Header.Set("Authorization", "Bearer sst_abc")
+	req.Header.Set("Cookie", "sandstep_port=secret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != "served" {
+		t.Fatalf("answer %d %q", res.StatusCode, body)
+	}
+	s := <-got
+	u, _ := url.Parse(target.URL)
+	if s.host != u.Host || s.path != "/app/page" || s.query != "x=1" || s.auth != "" || s.cookie != "" {
+		t.Fatalf("the provider's server saw %+v; want host %s, path /app/page, no token, no credentials", s, u.Host)
+	}
+}
