@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -50,7 +51,11 @@ func (c *call) collect(ctx context.Context, in Input) (Output, error) {
 	case res.TimedOut:
 		return out, &AgentFailed{Message: fmt.Sprintf("the agent did not finish within timeout_seconds (%d)", c.req.TimeoutSeconds)}
 	case res.ExitCode != nil && *res.ExitCode != 0:
-		return out, &AgentFailed{Message: fmt.Sprintf("the agent exited with status %d", *res.ExitCode)}
+		msg := fmt.Sprintf("the agent exited with status %d", *res.ExitCode)
+		if e := c.stderrTail(ctx, in.SandboxID, in.ExecID); e != "" {
+			msg += "; its stderr ends: " + e
+		}
+		return out, &AgentFailed{Message: msg}
 	case res.IsError:
 		return out, &AgentFailed{Message: "the agent reported an error as its result"}
 	}
@@ -58,6 +63,23 @@ func (c *call) collect(ctx context.Context, in Input) (Output, error) {
 		out.ExitCode = *res.ExitCode
 	}
 	return out, nil
+}
+
+// stderrBytes is how much of the end of a failed agent's stderr its
+// error shows (the sandbox holds only placeholders of keys, so no secret
+// can be in it).
+const stderrBytes = 600
+
+func (c *call) stderrTail(ctx context.Context, sandbox, eid string) string {
+	st, err := c.r.o.Direct.Status(ctx, c.caller, sandbox, eid)
+	if err != nil {
+		return ""
+	}
+	ch, err := c.r.o.Direct.Output(ctx, c.caller, sandbox, eid, direct.StreamStderr, max(0, st.StderrLen-stderrBytes), stderrBytes, 0)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(tail(ch.Data, stderrBytes))
 }
 
 // gather copies the sandbox's artifacts into the store (file.written for
@@ -105,7 +127,15 @@ func (c *call) artifacts(ctx context.Context, sandbox string, res *Result) error
 	if err != nil {
 		return fmt.Errorf("list the artifacts: %w", err)
 	}
-	for _, rec := range bytes.Split(list.Stdout, []byte{0}) {
+	recs := bytes.Split(list.Stdout, []byte{0})
+	// By path, so that which are kept past MaxArtifacts and the order of
+	// the events do not depend on the file system.
+	sort.Slice(recs, func(i, j int) bool {
+		_, a, _ := bytes.Cut(recs[i], []byte(" "))
+		_, b, _ := bytes.Cut(recs[j], []byte(" "))
+		return bytes.Compare(a, b) < 0
+	})
+	for _, rec := range recs {
 		size, name, ok := strings.Cut(string(rec), " ")
 		n, err := strconv.ParseInt(size, 10, 64)
 		if !ok || err != nil || name == "" {
