@@ -248,7 +248,12 @@ func TestAgentRunCancelledMidRun(t *testing.T) {
 // TestAgentRunTimesOut: an agent past timeout_seconds is ended, and the run
 // fails saying so, keeping what it did.
 func TestAgentRunTimesOut(t *testing.T) {
-	stopMidRun(t, 12, func(*env, string) {}, "failed", "did not finish within timeout_seconds (12)")
+	var seen time.Time
+	stopMidRun(t, 12, func(*env, string) { seen = time.Now() }, "failed", "did not finish within timeout_seconds (12)")
+	// The output streamed while the agent ran, long before its end.
+	if waited := time.Since(seen); waited < 5*time.Second {
+		t.Errorf("the run ended %s after the agent's last output was seen; want the timeout's wait", waited)
+	}
 }
 
 // TestAgentRunRefusals: bad requests are answered 400 naming the field.
@@ -270,7 +275,7 @@ func TestAgentRunRefusals(t *testing.T) {
 			t.Errorf("%v: %d %s", c.body, r.status, r.body)
 			continue
 		}
-		if m := r.json(t); m["field"] != c.field {
+		if m, _ := r.json(t)["error"].(map[string]any); m["field"] != c.field {
 			t.Errorf("%v: field %v, want %s: %s", c.body, m["field"], c.field, r.body)
 		}
 	}
