@@ -46,7 +46,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin); err != nil {
+	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.CLI); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
