@@ -50,6 +50,10 @@ type AgentConfig struct {
 	MaxTimeout Duration `toml:"max_timeout"`
 }
 
+// MaxAgentTimeout bounds max_timeout: the agent-run state machine ends an
+// execution after 25 hours, which leaves time to collect and clean up.
+const MaxAgentTimeout = 24 * time.Hour
+
 // AgentsConfig is [agents]: the agents by name.
 type AgentsConfig map[string]AgentConfig
 
@@ -134,8 +138,8 @@ func (a *AgentsConfig) check(_ *Config, r *report) {
 		for i, h := range ag.AllowHosts {
 			checkHostRule(r, t+".allow_hosts", i, h, `"api.anthropic.com"`)
 		}
-		if ag.MaxTimeout.D() < time.Second {
-			r.add(t+".max_timeout", "%s.max_timeout: must be at least 1s, not %s", t, ag.MaxTimeout)
+		if ag.MaxTimeout.D() < time.Second || ag.MaxTimeout.D() > MaxAgentTimeout {
+			r.add(t+".max_timeout", "%s.max_timeout: must be from 1s to %s (the agent-run state machine's own limit is 25h), not %s", t, MaxAgentTimeout, ag.MaxTimeout)
 		}
 		if ag.Timeout.D() < time.Second || ag.Timeout > ag.MaxTimeout {
 			r.add(t+".timeout", "%s.timeout: must be from 1s to max_timeout (%s), not %s", t, ag.MaxTimeout, ag.Timeout)
