@@ -31,7 +31,7 @@ func (c *call) cleanup(ctx context.Context, in Input) (Output, error) {
 			}
 		}
 		reason := "agent run " + string(status)
-		n, err := c.r.o.Direct.Terminate(ctx, c.caller, job.SandboxID, reason)
+		n, err := c.r.o.Direct.TerminateTree(ctx, c.caller, job.SandboxID, reason)
 		var de *direct.Error
 		if err != nil && !(errors.As(err, &de) && de.Kind == direct.KindNotFound) {
 			return Output{}, fmt.Errorf("terminate the agent's sandbox: %w", err)

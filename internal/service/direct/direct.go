@@ -419,10 +419,10 @@ func (s *Service) TerminateSandbox(ctx context.Context, caller Caller, id string
 	return s.o.Store.DirectGet(ctx, id)
 }
 
-// Terminate is TerminateSandbox for sandstep's own callers: it says why,
+// TerminateTree is TerminateSandbox for sandstep's own callers: it says why,
 // and answers how many sandboxes of the tree it closed (the sandbox and
 // its children).
-func (s *Service) Terminate(ctx context.Context, caller Caller, id, reason string) (int, error) {
+func (s *Service) TerminateTree(ctx context.Context, caller Caller, id, reason string) (int, error) {
 	d, err := s.get(ctx, caller, id)
 	if err != nil {
 		return 0, err
