@@ -11,6 +11,9 @@ import (
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
+// MaxProgressEvents bounds the events a run's output becomes.
+const MaxProgressEvents = 20000
+
 // readBytes is the most output one read takes.
 const readBytes = 256 << 10
 
@@ -75,6 +78,16 @@ func (c *call) run(ctx context.Context, in Input) (Output, error) {
 // lineEvents appends the events of the lines in data, which starts at
 // offset of stdout.
 func (c *call) lineEvents(ctx context.Context, format string, offset int64, data []byte) error {
+	if c.job.LastEventSeq >= MaxProgressEvents {
+		// The output is still read (the answer is at its end) but no
+		// longer kept as events: one says so.
+		if len(data) == 0 {
+			return nil
+		}
+		return c.event(ctx, "events-capped", EventMessage, map[string]any{
+			"message": fmt.Sprintf("more output than %d events: the rest is not shown as events", MaxProgressEvents), "truncated_at": offset,
+		})
+	}
 	var evs []store.Event
 	now := c.r.o.Now()
 	for len(data) > 0 {
