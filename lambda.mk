@@ -42,7 +42,7 @@ endef
 LAMBDA_NOINLINE = -gcflags=all=-l
 
 .PHONY: build-ApiFunction build-DiscoverFunction build-ProvisionFunction build-CrawlFunction \
-	build-SummarizeFunction build-ReportFunction build-CleanupFunction build-ProvidersLayer
+	build-SummarizeFunction build-ReportFunction build-CleanupFunction build-AgentFunction build-ProvidersLayer
 
 build-ApiFunction:
 	$(call lambda-function,api,$(LAMBDA_NOINLINE))
@@ -64,6 +64,9 @@ build-ReportFunction:
 
 build-CleanupFunction:
 	$(call lambda-function,cleanup,$(LAMBDA_NOINLINE))
+
+build-AgentFunction:
+	$(call lambda-function,agent,$(LAMBDA_NOINLINE))
 
 LAMBDA_PLUGINS := $(wildcard providers/*/cmd/sandstep-provider-*)
 # The crawler runs inside the provider's sandboxes, not in the Lambda: it is

@@ -45,6 +45,7 @@ type Config struct {
 	Tools     ToolsConfig     `toml:"tools"`
 	Quotas    QuotasConfig    `toml:"quotas"`
 	Pricing   PricingConfig   `toml:"pricing"`
+	Agents    AgentsConfig    `toml:"agents"`
 
 	// providerTables holds the [provider.<name>] tables as JSON, as they
 	// were written: each provider decodes and checks its own.
@@ -70,7 +71,7 @@ type section interface {
 // depend on one checked before it (provider.local.state_dir defaults to a
 // folder of server.data_dir).
 func (c *Config) sections() []section {
-	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Sandboxes, &c.Tools, &c.Quotas, &c.Pricing}
+	return []section{&c.Server, &c.Provider, &c.Sandbox, &c.Auth, &c.Research, &c.Sessions, &c.Sandboxes, &c.Tools, &c.Quotas, &c.Pricing, &c.Agents}
 }
 
 // Load reads and validates the config file at path; an empty path means

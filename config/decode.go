@@ -286,6 +286,9 @@ func (r *report) decodeValue(key string, raw any, rv reflect.Value) {
 				continue
 			}
 			ev := reflect.New(t.Elem()).Elem()
+			if d, ok := ev.Addr().Interface().(interface{ setDefaults() }); ok {
+				d.setDefaults()
+			}
 			r.decodeValue(join(key, k), m[k], ev)
 			rv.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
 		}

@@ -535,7 +535,12 @@ func (p eventPrinter) print(ev map[string]json.RawMessage) {
 // [current/total].
 func writeEvent(w io.Writer, ev map[string]json.RawMessage) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%s %s %s %s", field(ev, "seq"), field(ev, "time"), field(ev, "stage"), field(ev, "status"))
+	if field(ev, "stage") == "-" {
+		// An agent run's events have a type, not a stage and status.
+		fmt.Fprintf(&b, "#%s %s %s", field(ev, "seq"), field(ev, "time"), field(ev, "type"))
+	} else {
+		fmt.Fprintf(&b, "#%s %s %s %s", field(ev, "seq"), field(ev, "time"), field(ev, "stage"), field(ev, "status"))
+	}
 	msg := field(ev, "message")
 	if msg == "-" {
 		msg = field(ev, "data")

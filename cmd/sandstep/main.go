@@ -44,6 +44,10 @@ func commands() map[string]command {
 		"events": {"ID [flags]", "print a job's events; --follow streams them until the job ends", "", runEvents},
 		"cancel": {"ID [flags]", "cancel a job", "", runCancel},
 		"report": {"ID [flags]", "print a finished job's report as markdown", "", runReport},
+		"agent": {`run AGENT "PROMPT" [flags]`, "run a configured command-line agent in a sandbox on a server: live events, then its answer",
+			"The events (sandbox.created, exec.started, agent.message, agent.tool_use, file.written, sandbox.terminated,\n" +
+				"job.*) go to stderr as they happen; the agent's final answer goes to stdout, then the URLs of its\n" +
+				"artifacts (on stderr). Exits non-zero when the run failed or was cancelled.", runAgent},
 		"usage": {"[flags]", "show what your jobs used and cost, by day, job type or provider",
 			"Reads GET /v1/usage: sandbox seconds, commands run, model tokens, search calls and pages crawled of the\n" +
 				"jobs created in the range, with their cost at the server's [pricing].", runUsage},

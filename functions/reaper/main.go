@@ -39,9 +39,10 @@ func main() {
 		Sandboxes: mgr,
 		Direct: direct.New(direct.Options{Config: a.Config.Sandboxes, Defaults: a.Config.Sandbox, Store: a.Store,
 			Sandboxes: mgr, Provider: prov, Logger: a.Logger}),
-		Sessions:   svc,
-		Executions: reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN))},
-		Logger:     a.Logger,
+		Sessions: svc,
+		Executions: reaper.StepFunctions{SF: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvStateMachineARN)),
+			Agents: engine.NewStepFunctions(a.AWS, os.Getenv(app.EnvAgentStateMachineARN))},
+		Logger: a.Logger,
 	}
 	if a.Config.Sessions.Enabled {
 		// The docs of the LLM tools are indexed from this schedule every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -217,7 +218,7 @@ func (l *Local) Recover(ctx context.Context) (Recovered, error) {
 			l.mu.Unlock()
 			return n, ErrClosed
 		}
-		if _, running := l.execs[rec.Name]; running {
+		if _, running := l.execs[rec.Name]; running || slices.Contains(l.opts.Siblings, rec.StateMachine) {
 			l.mu.Unlock()
 			continue
 		}

@@ -80,9 +80,13 @@ type LocalOptions struct {
 	// Store, when set, keeps a checkpoint of every execution at each state
 	// that does work, so that Recover in a new process resumes what this
 	// one left running (see durable.go). Nil keeps executions in memory.
-	Store  *store.Store
-	Clock  asl.Clock
-	Logger *slog.Logger
+	Store *store.Store
+	// Siblings names the other state machines whose executions other
+	// Local executors of this process checkpoint to the same store:
+	// Recover leaves their records to them.
+	Siblings []string
+	Clock    asl.Clock
+	Logger   *slog.Logger
 }
 
 // Local runs executions in this process.

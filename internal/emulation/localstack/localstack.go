@@ -20,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/internal/emulation/ddblocal"
 	"github.com/sandstep/sandstep/internal/emulation/localexec"
 	"github.com/sandstep/sandstep/internal/emulation/samtemplate"
+	"github.com/sandstep/sandstep/internal/service/agents"
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/app"
 	"github.com/sandstep/sandstep/internal/service/awsenv"
@@ -41,6 +42,13 @@ const StateMachineID = "DeepResearchStateMachine"
 // StatusChangeFunction is the function the template's status-change rule
 // invokes (Cleanup).
 const StatusChangeFunction = "CleanupFunction"
+
+// AgentStateMachineID is the template resource of the agent-run machine;
+// AgentFunction serves its phases and its status-change rule.
+const (
+	AgentStateMachineID = "AgentRunStateMachine"
+	AgentFunction       = "AgentFunction"
+)
 
 // Options configure a Stack.
 type Options struct {
@@ -65,7 +73,10 @@ type Options struct {
 	WrapInvoker func(asl.Invoker) asl.Invoker
 	CancelGrace time.Duration
 	CancelPoll  time.Duration
-	Clock       asl.Clock
+	// AgentSlice is how long one run phase of an agent run supervises
+	// before the machine calls it again (default agents' own).
+	AgentSlice time.Duration
+	Clock      asl.Clock
 	// ReaperInterval overrides [sessions] reaper_interval for the cleanup
 	// ticker; negative runs no ticker (tests run Reaper.Pass themselves).
 	ReaperInterval time.Duration
@@ -80,7 +91,10 @@ type Stack struct {
 	App      *app.App
 	Provider *plugin.Client
 	Engine   *localexec.Local
-	Handler  http.Handler
+	// AgentEngine runs the agent-run state machine; Agents its phases.
+	AgentEngine *localexec.Local
+	Agents      *agents.Runs
+	Handler     http.Handler
 	// Sessions serves the session routes when [sessions] is on; off, it
 	// still lets the reaper judge sandboxes sessions left.
 	Sessions *sessions.Service
@@ -192,6 +206,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		StatusChangeFunction: StatusChangeFunction,
 		CancelGrace:          opts.CancelGrace,
 		Store:                st,
+		Siblings:             []string{AgentStateMachineID},
 		Clock:                opts.Clock,
 		Logger:               log,
 	})
@@ -204,6 +219,9 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.Direct = direct.New(direct.Options{Config: cfg.Sandboxes, Defaults: cfg.Sandbox, Store: st,
 		Sandboxes: s.App.Phases.Sandboxes, Provider: s.Provider, Logger: log, Now: opts.Now})
+	if err := s.startAgents(opts, tmpl, st); err != nil {
+		return nil, err
+	}
 	if err := s.startSessions(ctx, opts, st); err != nil {
 		return nil, err
 	}
@@ -213,22 +231,24 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	s.recover(ctx, started)
 	s.startReaper(opts)
 	s.Handler = api.New(api.Options{
-		Store:      st,
-		Executor:   s.Engine,
-		Provider:   s.Provider,
-		Deployment: cfg.Provider.Deployment,
-		Auth:       auth,
-		Quotas:     quota.New(st, &cfg.Quotas),
-		Pricing:    &cfg.Pricing,
-		Sessions:   s.Sessions,
-		Sandboxes:  s.Direct,
-		PortProxy:  portproxy.New,
-		Now:        opts.Now,
-		Docs:       s.Docs,
-		Tools:      tools.SettingsFrom(cfg),
-		Logger:     log,
-		Streaming:  true,
-		Server:     cfg.Server,
+		Store:         st,
+		Executor:      s.Engine,
+		AgentExecutor: s.AgentEngine,
+		Agents:        cfg.Agents,
+		Provider:      s.Provider,
+		Deployment:    cfg.Provider.Deployment,
+		Auth:          auth,
+		Quotas:        quota.New(st, &cfg.Quotas),
+		Pricing:       &cfg.Pricing,
+		Sessions:      s.Sessions,
+		Sandboxes:     s.Direct,
+		PortProxy:     portproxy.New,
+		Now:           opts.Now,
+		Docs:          s.Docs,
+		Tools:         tools.SettingsFrom(cfg),
+		Logger:        log,
+		Streaming:     true,
+		Server:        cfg.Server,
 	})
 	return s, nil
 }
@@ -249,7 +269,7 @@ func (s *Stack) startSessions(ctx context.Context, opts Options, st *store.Store
 		}
 	}
 	s.Reaper = &reaper.Reaper{Store: st, Sandboxes: s.App.Phases.Sandboxes, Sessions: s.Sessions, Direct: s.Direct,
-		Executions: s.Engine, CancelGrace: opts.CancelGrace, Now: opts.Now, Logger: s.log}
+		Executions: executions{s}, CancelGrace: opts.CancelGrace, Now: opts.Now, Logger: s.log}
 	return nil
 }
 
@@ -338,6 +358,9 @@ func (s *Stack) Shutdown(ctx context.Context) error {
 	}
 	if s.Engine != nil {
 		errs = append(errs, s.Engine.Shutdown(ctx))
+	}
+	if s.AgentEngine != nil {
+		errs = append(errs, s.AgentEngine.Shutdown(ctx))
 	}
 	if s.App != nil && s.Provider != nil {
 		errs = append(errs, s.terminateLive(ctx))

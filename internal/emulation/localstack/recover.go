@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/emulation/asl"
+	"github.com/sandstep/sandstep/internal/emulation/localexec"
 )
 
 // faultHook, when a build sets it (the sandstep_faults tag, for the tests
@@ -20,11 +21,13 @@ var faultHook func(asl.Invoker) asl.Invoker
 // Problems are logged: the server starts anyway, and the next start or the
 // regular passes try again.
 func (s *Stack) recover(ctx context.Context, since time.Time) {
-	n, err := s.Engine.Recover(ctx)
-	if err != nil {
-		s.log.Error("recovering executions", "err", err, "counts", n)
-	} else if n.Resumed+n.Failed+n.Cleaned > 0 {
-		s.log.Info("recovered executions", "counts", n)
+	for _, engine := range []*localexec.Local{s.Engine, s.AgentEngine} {
+		n, err := engine.Recover(ctx)
+		if err != nil {
+			s.log.Error("recovering executions", "err", err, "counts", n)
+		} else if n.Resumed+n.Failed+n.Cleaned > 0 {
+			s.log.Info("recovered executions", "counts", n)
+		}
 	}
 	// Startup logs its counts and errors.
 	_, _ = s.Reaper.Startup(ctx, since)

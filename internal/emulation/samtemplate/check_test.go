@@ -60,6 +60,7 @@ func TestRepoTemplateShape(t *testing.T) {
 		"CleanupFunction":   {"functions/cleanup", 300},
 		"RunFunction":       {"functions/run", 900},
 		"ReaperFunction":    {"functions/reaper", 300},
+		"AgentFunction":     {"functions/agent", 900},
 	}
 	for id, res := range tpl.Resources() {
 		if res["Type"] == "AWS::Serverless::Function" {
@@ -127,14 +128,16 @@ func TestRepoTemplateShape(t *testing.T) {
 	wantRoutes := []string{
 		"ANY /v1/sandboxes/{id}/ports/{port}", "ANY /v1/sandboxes/{id}/ports/{port}/{path+}", "DELETE /v1/sandboxes/{id}",
 		"DELETE /v1/sessions/{sid}", "GET /", "GET /api/sandboxes/{id}", "GET /api/sandboxes/{id}/files/list",
-		"GET /api/sandboxes/{id}/files/read", "GET /console/{file}", "GET /healthz", "GET /v1/jobs", "GET /v1/jobs/{id}",
+		"GET /api/sandboxes/{id}/files/read", "GET /console/{file}", "GET /healthz",
+		"GET /v1/agent-runs/{id}", "GET /v1/agent-runs/{id}/artifacts/{path+}", "GET /v1/agent-runs/{id}/events",
+		"GET /v1/agent-runs/{id}/result", "GET /v1/jobs", "GET /v1/jobs/{id}",
 		"GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report", "GET /v1/openapi.json", "GET /v1/providers",
 		"GET /v1/sandboxes", "GET /v1/sandboxes/{id}", "GET /v1/sandboxes/{id}/artifacts/{path+}",
 		"GET /v1/sandboxes/{id}/events", "GET /v1/sandboxes/{id}/execs/{eid}", "GET /v1/sandboxes/{id}/execs/{eid}/output",
 		"GET /v1/sandboxes/{id}/files", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events",
 		"GET /v1/sessions/{sid}/runs/{run}", "GET /v1/tools", "GET /v1/usage", "POST /api/sandboxes",
 		"POST /api/sandboxes/{id}/exec", "POST /api/sandboxes/{id}/files/write", "POST /api/sandboxes/{id}/terminate",
-		"POST /mcp", "POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sandboxes", "POST /v1/sandboxes/{id}/exec",
+		"POST /mcp", "POST /v1/agent-runs", "POST /v1/agent-runs/{id}/cancel", "POST /v1/jobs", "POST /v1/jobs/{id}/cancel", "POST /v1/sandboxes", "POST /v1/sandboxes/{id}/exec",
 		"POST /v1/sandboxes/{id}/terminate", "POST /v1/sessions/{sid}", "POST /v1/sessions/{sid}/code_modules",
 		"POST /v1/sessions/{sid}/run", "POST /v1/sessions/{sid}/search_docs", "PUT /v1/sandboxes/{id}/files",
 	}

@@ -49,6 +49,10 @@ type ProviderInfo interface {
 type Options struct {
 	Store    *store.Store
 	Executor Executor
+	// AgentExecutor runs the agent-run state machine; nil refuses agent
+	// runs. Agents are the configured [agents.<name>].
+	AgentExecutor Executor
+	Agents        config.AgentsConfig
 	// Provider answers GET /v1/providers; nil makes that route 503.
 	Provider ProviderInfo
 	// SandboxCounters are the lifecycle counts GET /v1/providers shows
@@ -142,6 +146,7 @@ func (s *server) register(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/jobs/{id}/events", s.events, jobRoute)
 	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
+	s.agentRoutes(mux)
 	s.handle(mux, "GET /v1/providers", s.providers)
 	s.handle(mux, "GET /v1/usage", s.usage)
 	s.sessionRoutes(mux)

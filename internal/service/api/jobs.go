@@ -267,8 +267,13 @@ func normalize(body submitBody) (json.RawMessage, string, error) {
 		return nil, "", fmt.Errorf("encode request: %w", err)
 	}
 	raw := bytes.TrimSpace(buf.Bytes())
+	return raw, requestHash(raw), nil
+}
+
+// requestHash identifies a stored request for idempotent resubmission.
+func requestHash(raw []byte) string {
 	sum := sha256.Sum256(raw)
-	return raw, hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:])
 }
 
 // submit is POST /v1/jobs: create the job (or find it, for a resubmission)
@@ -288,6 +293,13 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if body.JobID != nil {
 		id = *body.JobID
 	}
+	return s.createJob(w, r, c, id, "", raw, hash)
+}
+
+// createJob creates the job of the request raw (or finds it, for a
+// resubmission of the same id and request) and starts its execution: one
+// path for every job type.
+func (s *server) createJob(w http.ResponseWriter, r *http.Request, c *call, id, typ string, raw json.RawMessage, hash string) error {
 	key := ids.JobKey(c.tenant, id)
 	c.jobID, c.jobKey = id, key
 	ctx, cancel := detached(r)
@@ -295,7 +307,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err := s.admit(ctx, c, key); err != nil {
 		return err
 	}
-	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: key, Tenant: c.tenant, ClientID: id, Request: raw, RequestHash: hash})
+	job, created, err := s.opts.Store.CreateJob(ctx, store.NewJob{ID: key, Tenant: c.tenant, ClientID: id, Type: typ, Request: raw, RequestHash: hash})
 	if err != nil && !errors.Is(err, store.ErrConflict) {
 		// Not created: the slot goes back. (A conflict is a job of the
 		// same key, whose slot it is.)
@@ -325,7 +337,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, c *call) error {
 	if created {
 		status = http.StatusAccepted
 	}
-	return writeJSON(w, status, submitResponse{JobID: job.ClientID, Status: viewStatus(job), Links: jobLinks(job.ClientID)})
+	return writeJSON(w, status, submitResponse{JobID: job.ClientID, Status: viewStatus(job), Links: linksOf(job)})
 }
 
 // admit applies the tenant's job quotas to a submission of the job key: a
@@ -385,7 +397,7 @@ func (s *server) start(ctx context.Context, c *call, job store.Job) (store.Job, 
 	if err != nil {
 		return job, err
 	}
-	execID, err := s.opts.Executor.Start(ctx, job.ID, input)
+	execID, err := s.executor(job).Start(ctx, job.ID, input)
 	if err != nil {
 		c.cause = fmt.Errorf("start execution: %w", err)
 		phase := phaseStartFailed
@@ -423,7 +435,20 @@ func (s *server) job(r *http.Request, c *call) (store.Job, error) {
 	if errors.Is(err, store.ErrNotFound) || err == nil && (job.Tenant != c.tenant || job.ClientID != id) {
 		return store.Job{}, jobNotFound(id)
 	}
+	// Every job is a job under /v1/jobs; under /v1/agent-runs only agent
+	// runs are found.
+	if err == nil && job.Type != store.JobTypeAgent && strings.Contains(r.Pattern, "/v1/agent-runs/") {
+		return store.Job{}, &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: id, Message: fmt.Sprintf("agent run %q not found", id)}
+	}
 	return job, err
+}
+
+// executor runs the job's state machine: deep research or agent runs.
+func (s *server) executor(job store.Job) Executor {
+	if job.Type == store.JobTypeAgent && s.opts.AgentExecutor != nil {
+		return s.opts.AgentExecutor
+	}
+	return s.opts.Executor
 }
 
 // stepLabels are the steps' names for people.
@@ -533,7 +558,7 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, c *call) error {
 	case err != nil:
 		return err
 	}
-	if err := s.opts.Executor.Cancel(ctx, job.ID, job.ExecutionID); err != nil {
+	if err := s.executor(job).Cancel(ctx, job.ID, job.ExecutionID); err != nil {
 		// The cancel is recorded and the phases stop on it; the reaper is
 		// the backstop. The caller has nothing to retry.
 		c.cause = fmt.Errorf("executor cancel: %w", err)

@@ -86,7 +86,9 @@ func nextCursor(next *store.ListPosition, kind byte, tenant string) *string {
 // jobSummary is a job as a listing shows it: what the listing index holds.
 // GET /v1/jobs/{id} has the steps.
 type jobSummary struct {
-	JobID           string       `json:"job_id"`
+	JobID string `json:"job_id"`
+	// Type is "research" or "agent".
+	Type            string       `json:"type"`
 	Status          store.Status `json:"status"`
 	Phase           *string      `json:"phase"`
 	Query           string       `json:"query"`
@@ -109,7 +111,10 @@ func summarizeJob(j store.Job) jobSummary {
 	v := jobSummary{
 		JobID: j.ClientID, Status: viewStatus(j), Phase: optional(j.Phase),
 		CreatedAt: formatTime(j.CreatedAt), Error: optional(j.Error),
-		CancelRequested: j.CancelRequested, Links: jobLinks(j.ClientID),
+		CancelRequested: j.CancelRequested, Links: linksOf(j), Type: jobTypeResearch,
+	}
+	if j.Type == store.JobTypeAgent {
+		v.Type = store.JobTypeAgent
 	}
 	if !j.FinishedAt.IsZero() {
 		f := formatTime(j.FinishedAt)
@@ -121,11 +126,33 @@ func summarizeJob(j store.Job) jobSummary {
 		Query        string `json:"query"`
 		Mode         string `json:"mode"`
 		Optimization string `json:"optimization"`
+		// An agent run's: its prompt is listed as the query, its agent as
+		// the mode.
+		Prompt string `json:"prompt"`
+		Agent  string `json:"agent"`
 	}
 	if json.Unmarshal(j.Request, &req) == nil {
 		v.Query, v.Mode, v.Optimization = req.Query, req.Mode, req.Optimization
+		if j.Type == store.JobTypeAgent {
+			v.Query, v.Mode = clipRunes(req.Prompt, MaxQueryRunes), req.Agent
+		}
 	}
 	return v
+}
+
+// jobTypeResearch is how the API names the type of a deep-research job.
+const jobTypeResearch = "research"
+
+// clipRunes cuts s to at most n runes.
+func clipRunes(s string, n int) string {
+	i := 0
+	for pos := range s {
+		if i == n {
+			return s[:pos]
+		}
+		i++
+	}
+	return s
 }
 
 // listJobs is GET /v1/jobs.
@@ -138,11 +165,21 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
+	types, err := filterParam(r, "type", []string{jobTypeResearch, store.JobTypeAgent})
+	if err != nil {
+		return err
+	}
 	var keep func(store.Job) bool
-	if statuses != nil {
+	if statuses != nil || types != nil {
 		// On the status the API shows (a job whose start failed is
 		// failed), which is why the filter is not the store's.
-		keep = func(j store.Job) bool { return slices.Contains(statuses, viewStatus(j)) }
+		keep = func(j store.Job) bool {
+			typ := jobTypeResearch
+			if j.Type == store.JobTypeAgent {
+				typ = store.JobTypeAgent
+			}
+			return (statuses == nil || slices.Contains(statuses, viewStatus(j))) && (types == nil || slices.Contains(types, typ))
+		}
 	}
 	page, err := s.opts.Store.ListTenantJobs(r.Context(), c.tenant, lq, keep)
 	if err != nil {

@@ -28,6 +28,8 @@ const (
 	EnvTablePrefix     = "SANDSTEP_TABLE_PREFIX"
 	EnvPluginDir       = "SANDSTEP_PLUGIN_DIR"
 	EnvStateMachineARN = "SANDSTEP_STATE_MACHINE_ARN"
+	// EnvAgentStateMachineARN is the agent-run state machine's.
+	EnvAgentStateMachineARN = "SANDSTEP_AGENT_STATE_MACHINE_ARN"
 	// EnvDeployment is the deployment id (the stack name), which replaces
 	// [provider] deployment.
 	EnvDeployment = "SANDSTEP_DEPLOYMENT"

@@ -137,6 +137,9 @@ type CreateRequest struct {
 	// APIURL is sandstep's URL as the sandbox will reach it (config's
 	// api_url, or the request's own).
 	APIURL string
+	// Secrets are for sandstep's own callers (an agent run's host-scoped
+	// model key), never taken from a request.
+	Secrets []providers.Secret
 }
 
 // Sandbox is a sandbox as the API shows it.
@@ -298,6 +301,7 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 		ExposePorts: req.ExposePorts,
 	}
 	maps.Copy(spec.Labels, req.Labels)
+	spec.Secrets = append(spec.Secrets, req.Secrets...)
 	lease, err := s.o.Sandboxes.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec})
 	if err != nil {
 		if _, cerr := s.o.Store.DirectClose(context.WithoutCancel(ctx), rec.ID, "create failed", store.DirectEvent{Type: "sandbox.terminated", At: s.o.Now(), Message: "create failed"}); cerr != nil {
@@ -413,6 +417,17 @@ func (s *Service) TerminateSandbox(ctx context.Context, caller Caller, id string
 		return d, err
 	}
 	return s.o.Store.DirectGet(ctx, id)
+}
+
+// TerminateTree is TerminateSandbox for sandstep's own callers: it says why,
+// and answers how many sandboxes of the tree it closed (the sandbox and
+// its children).
+func (s *Service) TerminateTree(ctx context.Context, caller Caller, id, reason string) (int, error) {
+	d, err := s.get(ctx, caller, id)
+	if err != nil {
+		return 0, err
+	}
+	return s.terminate(ctx, d, reason)
 }
 
 // terminate releases the sandbox's tree through the owner package and

@@ -173,7 +173,10 @@ func (s *Service) Exec(ctx context.Context, caller Caller, id string, req ExecRe
 	}
 	max := s.o.Config.MaxOutputBytes
 	var run strings.Builder
-	fmt.Fprintf(&run, "d=%s\ncap() { head -c %d > \"$1\"; cat > /dev/null; }\n", shellQuote(dir), max)
+	// head writes a file through stdio's full buffering: without stdbuf
+	// (coreutils), output would reach the file only in 4 KiB blocks and at
+	// the end, and a reader by offset would see nothing of a slow command.
+	fmt.Fprintf(&run, "d=%s\ncap() { if command -v stdbuf > /dev/null; then stdbuf -o0 head -c %d > \"$1\"; else head -c %d > \"$1\"; fi; cat > /dev/null; }\n", shellQuote(dir), max, max)
 	for _, k := range slices.Sorted(mapsKeys(req.Env)) {
 		fmt.Fprintf(&run, "export %s=%s\n", k, shellQuote(req.Env[k]))
 	}

@@ -295,10 +295,13 @@ func TestPassStopsCancelledExecutions(t *testing.T) {
 	}
 }
 
-// The Step Functions adapter pages through running executions and stops
-// one by its ARN, against a server speaking the service's JSON protocol.
+// The Step Functions adapter pages through running executions of both
+// machines and stops one by its ARN on each (a machine without it answers
+// ExecutionDoesNotExist), against a server speaking the service's JSON
+// protocol.
 func TestStepFunctionsExecutions(t *testing.T) {
 	const machine = "arn:aws:states:us-east-1:000000000000:stateMachine:research"
+	const agents = "arn:aws:states:us-east-1:000000000000:stateMachine:agents"
 	var mu sync.Mutex
 	var stops []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -307,6 +310,10 @@ func TestStepFunctionsExecutions(t *testing.T) {
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		switch r.Header.Get("X-Amz-Target") {
 		case "AWSStepFunctions.ListExecutions":
+			if in["stateMachineArn"] == agents && in["statusFilter"] == "RUNNING" {
+				fmt.Fprint(w, `{"executions":[{"name":"run-c","executionArn":"z","stateMachineArn":"a","status":"RUNNING","startDate":1}]}`)
+				return
+			}
 			if in["stateMachineArn"] != machine || in["statusFilter"] != "RUNNING" {
 				http.Error(w, `{"__type":"InvalidArn"}`, http.StatusBadRequest)
 				return
@@ -320,6 +327,11 @@ func TestStepFunctionsExecutions(t *testing.T) {
 			mu.Lock()
 			stops = append(stops, in["executionArn"].(string))
 			mu.Unlock()
+			if strings.Contains(in["executionArn"].(string), ":agents:") {
+				w.WriteHeader(http.StatusBadRequest)
+				fmt.Fprint(w, `{"__type":"ExecutionDoesNotExist"}`)
+				return
+			}
 			fmt.Fprint(w, `{"stopDate":1}`)
 		default:
 			http.Error(w, `{"__type":"UnknownOperation"}`, http.StatusBadRequest)
@@ -329,18 +341,18 @@ func TestStepFunctionsExecutions(t *testing.T) {
 	env := awsenv.FromEnv(func(k string) string {
 		return map[string]string{"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ENDPOINT_URL_SFN": srv.URL}[k]
 	})
-	x := reaper.StepFunctions{SF: engine.NewStepFunctions(env, machine)}
+	x := reaper.StepFunctions{SF: engine.NewStepFunctions(env, machine), Agents: engine.NewStepFunctions(env, agents)}
 	ids, err := x.Running(ctxFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ids, []string{"job-a", "job-b"}) {
+	if !slices.Equal(ids, []string{"job-a", "job-b", "run-c"}) {
 		t.Fatalf("running = %v", ids)
 	}
 	if err := x.Stop(ctxFor(t), "job-a", "cancelled"); err != nil {
 		t.Fatal(err)
 	}
-	if len(stops) != 1 || !strings.HasSuffix(stops[0], ":execution:research:job-a") {
+	if len(stops) != 2 || !strings.HasSuffix(stops[0], ":execution:research:job-a") || !strings.HasSuffix(stops[1], ":execution:agents:job-a") {
 		t.Fatalf("stops = %v", stops)
 	}
 }

@@ -94,6 +94,9 @@ type Job struct {
 	// ClientID is the id the client knows the job by, unique within its
 	// tenant only; "" in records written before keys were per tenant.
 	ClientID string
+	// Type is the job's kind: "" (deep research, and every record written
+	// before there were others) or JobTypeAgent.
+	Type string
 	// Request is the submitted request, as JSON.
 	Request json.RawMessage
 	// RequestHash identifies the request for idempotent resubmission.
@@ -162,11 +165,15 @@ type NewJob struct {
 	ID          string
 	Tenant      string
 	ClientID    string
+	Type        string
 	Request     json.RawMessage
 	RequestHash string
 }
 
 const skJob = "JOB"
+
+// Job types besides deep research ("").
+const JobTypeAgent = "agent"
 
 func jobKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": avS(id), "sk": avS(skJob)}
@@ -201,6 +208,9 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool
 	if nj.ClientID != "" {
 		item["client_id"] = avS(nj.ClientID)
 	}
+	if nj.Type != "" {
+		item["type"] = avS(nj.Type)
+	}
 	item["request"] = avS(string(nj.Request))
 	item["request_hash"] = avS(nj.RequestHash)
 	item["status"] = avS(string(StatusQueued))
@@ -230,7 +240,7 @@ func (s *Store) CreateJob(ctx context.Context, nj NewJob) (job Job, created bool
 	} else {
 		job = jobFromItem(old)
 	}
-	if job.Tenant != nj.Tenant || job.ClientID != nj.ClientID || job.RequestHash != nj.RequestHash {
+	if job.Tenant != nj.Tenant || job.ClientID != nj.ClientID || job.Type != nj.Type || job.RequestHash != nj.RequestHash {
 		return job, false, fmt.Errorf("job %s exists with a different request: %w", nj.ID, ErrConflict)
 	}
 	return job, false, nil
@@ -445,6 +455,7 @@ func jobFromItem(item map[string]types.AttributeValue) Job {
 		ID:                getS(item, "pk"),
 		Tenant:            getS(item, "tenant"),
 		ClientID:          getS(item, "client_id"),
+		Type:              getS(item, "type"),
 		RequestHash:       getS(item, "request_hash"),
 		Status:            Status(getS(item, "status")),
 		Phase:             getS(item, "phase"),

@@ -284,6 +284,12 @@ func TestRestartWithAChangedDefinitionFailsTheJobCleanly(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(dir, "statemachine"), 0o755)
 	os.WriteFile(filepath.Join(dir, "statemachine", "deep-research.asl.json"), []byte(changed), 0o644)
+	// The template's other machine, unchanged.
+	agentDef, err := os.ReadFile(filepath.Join(root, "statemachine", "agent-run.asl.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "statemachine", "agent-run.asl.json"), agentDef, 0o644)
 	os.WriteFile(filepath.Join(dir, "template.yaml"), tmpl, 0o644)
 	w.template = filepath.Join(dir, "template.yaml")
 	s := w.start()
