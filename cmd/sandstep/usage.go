@@ -1,6 +1,7 @@
 package main
 
-// sandstep usage: what your jobs used and cost, from GET /v1/usage.
+// sandstep usage: what your jobs, sessions and sandboxes used and cost,
+// from GET /v1/usage.
 
 import (
 	"context"
@@ -47,7 +48,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "usage from %s to %s, by %s\n", a.From, a.To, a.GroupBy)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tJOBS\tSANDBOX S\tEXECS\tTOKENS\tSEARCHES\tPAGES\tCOST")
+	fmt.Fprintln(tw, "GROUP\tJOBS\tSANDBOXES\tSANDBOX S\tEXECS\tTOKENS\tSEARCHES\tPAGES\tCOST")
 	for _, g := range append(a.Groups, a.Total) {
 		fmt.Fprintln(tw, usageRow(g))
 	}
@@ -58,7 +59,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "not priced ([pricing] has no price): %v\n", a.Total.Cost.Unpriced)
 	}
 	if a.Truncated {
-		fmt.Fprintln(stderr, "the range holds more jobs than one answer covers: ask for a shorter one")
+		fmt.Fprintln(stderr, "the range holds more jobs or sandboxes than one answer covers: ask for a shorter one")
 	}
 	return nil
 }
@@ -80,5 +81,5 @@ func usageRow(g usageview.Group) string {
 	if g.Cost != nil {
 		cost = fmt.Sprintf("%.4f %s", g.Cost.Total, g.Cost.Currency)
 	}
-	return fmt.Sprintf("%s\t%d\t%.0f\t%d\t%d\t%d\t%d\t%s", g.Key, g.Jobs, secs, u.Execs, tokens, searches, u.PagesCrawled, cost)
+	return fmt.Sprintf("%s\t%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%s", g.Key, g.Jobs, g.Sandboxes, secs, u.Execs, tokens, searches, u.PagesCrawled, cost)
 }

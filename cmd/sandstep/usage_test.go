@@ -25,9 +25,9 @@ func TestUsageCommand(t *testing.T) {
 	r := e.run("usage", "--group-by", "job_type")
 	wantCode(t, r, 0)
 	rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(rows) != 4 || !regexp.MustCompile(`^GROUP +JOBS +SANDBOX S +EXECS +TOKENS +SEARCHES +PAGES +COST$`).MatchString(rows[1]) ||
-		!regexp.MustCompile(`^research:light +2 +60 +3 +220 +8 +4 +-$`).MatchString(rows[2]) ||
-		!regexp.MustCompile(`^total +2 +60 +3 +220 +8 +4 +-$`).MatchString(rows[3]) {
+	if len(rows) != 4 || !regexp.MustCompile(`^GROUP +JOBS +SANDBOXES +SANDBOX S +EXECS +TOKENS +SEARCHES +PAGES +COST$`).MatchString(rows[1]) ||
+		!regexp.MustCompile(`^research:light +2 +0 +60 +3 +220 +8 +4 +-$`).MatchString(rows[2]) ||
+		!regexp.MustCompile(`^total +2 +0 +60 +3 +220 +8 +4 +-$`).MatchString(rows[3]) {
 		t.Fatalf("usage:\n%s", r.stdout)
 	}
 	r = e.run("usage", "--json", "--group-by", "provider")

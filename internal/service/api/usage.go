@@ -14,12 +14,15 @@ import (
 )
 
 // GET /v1/usage?from=&to=&group_by=day|job_type|provider: what the caller's
-// jobs created in [from, to) used and cost, in groups and in total. from
+// jobs created in [from, to), and the caller's sessions' and direct
+// sandboxes' sandboxes that started in it and have ended, used and cost,
+// in groups and in total. from
 // and to are RFC 3339 times or dates (YYYY-MM-DD, midnight UTC); from
 // defaults to the start of the current month (UTC), to to now; the range
 // is at most maxUsageRange. group_by defaults to day (of each job's
 // creation, UTC). job_type groups by the kind and mode of job
-// ("research:light"). provider groups sandbox time by provider; model
+// ("research:light"), and sessions' sandboxes are "session", direct
+// sandboxes "sandbox". provider groups sandbox time by provider; model
 // tokens and search calls belong to no provider and are only in the total.
 
 const maxUsageRange = 366 * 24 * time.Hour
@@ -86,9 +89,13 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
+	sbx, sbxTruncated, err := s.opts.Store.TenantSandboxUsageBetween(ctx, c.tenant, from, to, 0)
+	if err != nil {
+		return err
+	}
 	type group struct {
-		jobs int
-		u    store.Usage
+		jobs, sandboxes int
+		u               store.Usage
 	}
 	groups := map[string]*group{}
 	at := func(k string) *group {
@@ -130,13 +137,40 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 			}
 		}
 	}
-	v := usage.Report{From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), GroupBy: groupBy, Groups: []usage.Group{}, Truncated: truncated,
-		Total: usage.Group{Key: "total", Jobs: len(jobs), Usage: usage.ViewOf(total), Cost: s.cost(total)}}
+	// The sandboxes no job owns: sessions' and direct sandboxes', each its
+	// own type, counted in the group of the day and provider it started.
+	for _, r := range sbx {
+		u := r.Usage()
+		total.Add(u)
+		var g *group
+		switch groupBy {
+		case "day":
+			g = at(r.RunningAt.UTC().Format(time.DateOnly))
+		case "job_type":
+			g = at(sandboxUsageType(r.OwnerKind))
+		case "provider":
+			g = at(r.Provider)
+		}
+		g.sandboxes++
+		g.u.Add(u)
+	}
+	v := usage.Report{From: from.Format(time.RFC3339), To: to.Format(time.RFC3339), GroupBy: groupBy, Groups: []usage.Group{}, Truncated: truncated || sbxTruncated,
+		Total: usage.Group{Key: "total", Jobs: len(jobs), Sandboxes: len(sbx), Usage: usage.ViewOf(total), Cost: s.cost(total)}}
 	// In key order (sorting the keys, not the views: the Lambda's size
 	// budget has no room for another sort instantiation).
 	for _, k := range slices.Sorted(maps.Keys(groups)) {
 		g := groups[k]
-		v.Groups = append(v.Groups, usage.Group{Key: k, Jobs: g.jobs, Usage: usage.ViewOf(g.u), Cost: s.cost(g.u)})
+		v.Groups = append(v.Groups, usage.Group{Key: k, Jobs: g.jobs, Sandboxes: g.sandboxes, Usage: usage.ViewOf(g.u), Cost: s.cost(g.u)})
 	}
 	return writeJSON(w, http.StatusOK, v)
+}
+
+// sandboxUsageType is the job_type group of a sandbox no job owns:
+// "session" for a session's, "sandbox" for a direct sandbox (a tenant's
+// own or a sandbox's child).
+func sandboxUsageType(ownerKind string) string {
+	if ownerKind == "session" {
+		return "session"
+	}
+	return "sandbox"
 }

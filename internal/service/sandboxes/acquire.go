@@ -104,9 +104,11 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 			return Lease{}, fmt.Errorf("look up sandbox %s: %w", entry.ProviderID, err)
 		}
 		// It is gone (expired or preempted): close the entry and start over.
-		if _, err := m.st.LedgerClose(ctx, spec.Name, "gone"); err != nil {
+		closed, err := m.st.LedgerClose(ctx, spec.Name, "gone")
+		if err != nil {
 			return Lease{}, fmt.Errorf("ledger: %w", err)
 		}
+		m.recordUsage(ctx, closed)
 		m.record(ctx, slog.LevelWarn, EventGone, target{owner: t.owner, tenant: t.tenant, name: t.name, id: entry.ProviderID}, time.Since(start), "reason", "retried acquire")
 		if _, err := m.begin(ctx, req); err != nil {
 			return Lease{}, err

@@ -39,6 +39,9 @@ func (m *Manager) Release(ctx context.Context, owner Owner, ref Ref, reason stri
 			return fmt.Errorf("release %s (owner %s) for %s: %w", name, e.Owner, owner, ErrNotOwner)
 		}
 		if e.State == store.LedgerTerminated {
+			// A retried release: its usage record is written again (the
+			// same record), in case the first write was lost.
+			m.recordUsage(ctx, e)
 			return m.end(ctx, target{owner: owner.String(), tenant: owner.Tenant, name: "", id: id}, reason)
 		}
 		if id == "" {

@@ -341,14 +341,15 @@ func (m *Manager) terminate(ctx context.Context, t target, reason string) error 
 	return nil
 }
 
-// close closes the ledger entry name and gives back its tenant's
-// concurrent_sandboxes slot. A slot whose release fails is logged and left
+// close closes the ledger entry name, records its usage (recordUsage) and
+// gives back its tenant's concurrent_sandboxes slot. A slot whose release fails is logged and left
 // to the reaper (quota.Reconcile): the sandbox is gone either way.
 func (m *Manager) close(ctx context.Context, name, reason string) (store.LedgerEntry, error) {
 	e, err := m.st.LedgerClose(ctx, name, reason)
 	if err != nil {
 		return e, err
 	}
+	m.recordUsage(ctx, e)
 	if rerr := m.quot.ReleaseSandbox(ctx, e.Tenant, name); rerr != nil {
 		m.log.Warn("give back a sandbox's quota slot", "name", name, "tenant", e.Tenant, "err", rerr)
 	}

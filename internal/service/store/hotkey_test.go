@@ -293,8 +293,13 @@ func TestIndexesHaveNoHotKey(t *testing.T) {
 			if _, err := st.LedgerRunning(ctx, name, "p-"+name); err != nil {
 				return err
 			}
-			_, err := st.LedgerClose(ctx, name, "completed")
-			return err
+			closed, err := st.LedgerClose(ctx, name, "completed")
+			if err != nil {
+				return err
+			}
+			// As the owner records a closed sandbox that no job owns.
+			return st.PutSandboxUsage(ctx, store.SandboxUsage{Name: name, OwnerKind: "session", Tenant: closed.Tenant, Provider: closed.Provider,
+				RunningAt: closed.RunningAt, TerminatedAt: closed.TerminatedAt})
 		}
 	}
 	for i := range sessions {

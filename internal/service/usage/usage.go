@@ -163,13 +163,16 @@ func round(v float64, places int) float64 {
 	return math.Round(v*f) / f
 }
 
-// Group is one group of GET /v1/usage: the jobs of a day, a job type or a
-// provider (or "total"), what they used and cost.
+// Group is one group of GET /v1/usage: the jobs and other sandboxes of a
+// day, a job type or a provider (or "total"), what they used and cost.
 type Group struct {
-	Key   string `json:"key"`
-	Jobs  int    `json:"jobs"`
-	Usage View   `json:"usage"`
-	Cost  *Cost  `json:"cost"`
+	Key  string `json:"key"`
+	Jobs int    `json:"jobs"`
+	// Sandboxes counts the sandboxes no job owns (sessions', direct
+	// sandboxes') whose time the group includes.
+	Sandboxes int   `json:"sandboxes"`
+	Usage     View  `json:"usage"`
+	Cost      *Cost `json:"cost"`
 }
 
 // Report is the answer of GET /v1/usage, which the API writes and the CLI
@@ -180,7 +183,8 @@ type Report struct {
 	GroupBy string  `json:"group_by"`
 	Groups  []Group `json:"groups"`
 	Total   Group   `json:"total"`
-	// Truncated: the range holds more than store.MaxUsageJobs jobs; the
-	// answer covers the oldest of them. Ask for a shorter range.
+	// Truncated: the range holds more than store.MaxUsageJobs jobs or
+	// store.MaxSandboxUsages other sandboxes; the answer covers the oldest
+	// of them. Ask for a shorter range.
 	Truncated bool `json:"truncated"`
 }
