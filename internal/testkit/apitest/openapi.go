@@ -73,7 +73,7 @@ func NewValidator(doc []byte) (*Validator, error) {
 		}
 		// x-any-method: the route takes every method (a proxy); its
 		// operations describe what it answers.
-		if any, _ := item.Extensions["x-any-method"].(bool); any {
+		if every, _ := item.Extensions["x-any-method"].(bool); every {
 			v.anyMethod[mux] = &routers.Route{Spec: d, Path: path, PathItem: item}
 			v.mux.HandleFunc(mux, func(http.ResponseWriter, *http.Request) {})
 			continue
@@ -129,16 +129,16 @@ func (v *Validator) Check(req *http.Request, status int, header http.Header, bod
 	req = literalSegments(req)
 	_, pattern := v.mux.Handler(req)
 	rt := v.routes[pattern]
-	if any := v.anyMethod[pattern]; any != nil {
+	if proxy := v.anyMethod[pattern]; proxy != nil {
 		// The operation of the request's method, else the path item's
 		// only one: a proxy answers every method alike.
-		op := any.PathItem.GetOperation(req.Method)
+		op := proxy.PathItem.GetOperation(req.Method)
 		if op == nil {
-			for _, o := range any.PathItem.Operations() {
+			for _, o := range proxy.PathItem.Operations() {
 				op = o
 			}
 		}
-		r := *any
+		r := *proxy
 		r.Method, r.Operation = req.Method, op
 		rt = &r
 	}
