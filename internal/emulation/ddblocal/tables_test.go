@@ -58,8 +58,9 @@ func TestLoadTablesFromTemplate(t *testing.T) {
 		t.Fatalf("docs key = %s", k)
 	}
 	gsis := byName["pre-sandboxes"].Input.GlobalSecondaryIndexes
-	if len(gsis) != 2 || aws.ToString(gsis[0].IndexName) != "by-live-deadline" || keyOf(gsis[0].KeySchema) != "live_shard:HASH,deadline:RANGE" ||
-		gsis[0].Projection.ProjectionType != types.ProjectionTypeAll {
+	if len(gsis) != 3 || aws.ToString(gsis[0].IndexName) != "by-live-deadline" || keyOf(gsis[0].KeySchema) != "live_shard:HASH,deadline:RANGE" ||
+		gsis[0].Projection.ProjectionType != types.ProjectionTypeAll ||
+		aws.ToString(gsis[2].IndexName) != "by-tenant-usage" || keyOf(gsis[2].KeySchema) != "usage_shard:HASH,usage_at:RANGE" {
 		t.Fatalf("sandboxes indexes = %+v", gsis)
 	}
 	gsis = byName["pre-sessions"].Input.GlobalSecondaryIndexes
