@@ -29,6 +29,7 @@ import (
 
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/service/direct"
+	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -129,30 +130,16 @@ const (
 // Input is what the state machine passes (and, for cleanup, the
 // EventBridge execution status change event, which has no phase).
 type Input struct {
-	Phase     string      `json:"phase"`
-	JobID     string      `json:"job_id"`
-	SandboxID string      `json:"sandbox_id,omitempty"`
-	ExecID    string      `json:"exec_id,omitempty"`
-	Offset    int64       `json:"offset"`
-	Outcome   string      `json:"outcome,omitempty"`
-	Error     *StateError `json:"error,omitempty"`
+	Phase     string             `json:"phase"`
+	JobID     string             `json:"job_id"`
+	SandboxID string             `json:"sandbox_id,omitempty"`
+	ExecID    string             `json:"exec_id,omitempty"`
+	Offset    int64              `json:"offset"`
+	Outcome   string             `json:"outcome,omitempty"`
+	Error     *engine.StateError `json:"error,omitempty"`
 
-	DetailType string        `json:"detail-type,omitempty"`
-	Detail     *StatusChange `json:"detail,omitempty"`
-}
-
-// StateError is the {"Error","Cause"} object a Catch puts at its ResultPath.
-type StateError struct {
-	Error string `json:"Error"`
-	Cause string `json:"Cause"`
-}
-
-// StatusChange is the detail of an execution status change event.
-type StatusChange struct {
-	Name   string `json:"name"`
-	Status string `json:"status"`
-	Error  string `json:"error,omitempty"`
-	Cause  string `json:"cause,omitempty"`
+	DetailType string               `json:"detail-type,omitempty"`
+	Detail     *engine.StatusChange `json:"detail,omitempty"`
 }
 
 // Output is a phase's result: the state machine carries it as $.run.

@@ -2,11 +2,11 @@ package agents
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/sandstep/sandstep/internal/service/direct"
+	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
@@ -66,46 +66,5 @@ func (c *call) cleanup(ctx context.Context, in Input) (Output, error) {
 
 // finalStatus decides how the run ended from the cleanup's input.
 func finalStatus(job store.Job, in Input) (store.Status, string) {
-	if job.CancelRequested {
-		return store.StatusCancelled, ""
-	}
-	if d := in.Detail; d != nil {
-		switch d.Status {
-		case "SUCCEEDED":
-			return store.StatusSucceeded, ""
-		case "TIMED_OUT":
-			return store.StatusFailed, "the execution timed out"
-		case "ABORTED":
-			return store.StatusFailed, "the execution was stopped"
-		}
-		return store.StatusFailed, errorMessage(d.Error, d.Cause)
-	}
-	if in.Error != nil {
-		if in.Error.Error == "JobCancelled" {
-			return store.StatusCancelled, ""
-		}
-		return store.StatusFailed, errorMessage(in.Error.Error, in.Error.Cause)
-	}
-	if in.Outcome == "succeeded" {
-		return store.StatusSucceeded, ""
-	}
-	return store.StatusFailed, "the run failed"
-}
-
-// errorMessage renders a Step Functions error: a Lambda's Cause is its JSON
-// error response, whose errorMessage a user can read.
-func errorMessage(name, cause string) string {
-	var lambdaErr struct {
-		Message string `json:"errorMessage"`
-	}
-	if json.Unmarshal([]byte(cause), &lambdaErr) == nil && lambdaErr.Message != "" {
-		cause = lambdaErr.Message
-	}
-	switch {
-	case name == "":
-		return cause
-	case cause == "":
-		return name
-	}
-	return name + ": " + cause
+	return engine.Ended(job.CancelRequested, in.Detail, in.Error, in.Outcome, "the run failed")
 }

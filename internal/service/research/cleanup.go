@@ -6,34 +6,20 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sandstep/sandstep/internal/service/engine"
 	"github.com/sandstep/sandstep/internal/service/store"
 )
-
-// StateError is the {"Error","Cause"} object a Catch puts at its ResultPath.
-type StateError struct {
-	Error string `json:"Error"`
-	Cause string `json:"Cause"`
-}
 
 // CleanupInput is either the state machine's input to Cleanup or the
 // EventBridge "Step Functions Execution Status Change" event, which invokes
 // Cleanup for executions that ended where no Catch runs (aborted, timed out).
 type CleanupInput struct {
-	JobID   string      `json:"job_id"`
-	Outcome string      `json:"outcome"`
-	Error   *StateError `json:"error,omitempty"`
+	JobID   string             `json:"job_id"`
+	Outcome string             `json:"outcome"`
+	Error   *engine.StateError `json:"error,omitempty"`
 
-	DetailType string        `json:"detail-type,omitempty"`
-	Detail     *StatusChange `json:"detail,omitempty"`
-}
-
-// StatusChange is the detail of an execution status change event.
-type StatusChange struct {
-	ExecutionARN string `json:"executionArn"`
-	Name         string `json:"name"`
-	Status       string `json:"status"`
-	Error        string `json:"error,omitempty"`
-	Cause        string `json:"cause,omitempty"`
+	DetailType string               `json:"detail-type,omitempty"`
+	Detail     *engine.StatusChange `json:"detail,omitempty"`
 }
 
 // CleanupOutput is the job's final status.
@@ -128,51 +114,7 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 
 // finalStatus decides how the job ended from the cleanup input.
 func finalStatus(job store.Job, in CleanupInput) (store.Status, string) {
-	if job.CancelRequested {
-		return store.StatusCancelled, ""
-	}
-	if in.Detail != nil {
-		switch in.Detail.Status {
-		case "SUCCEEDED":
-			return store.StatusSucceeded, ""
-		case "TIMED_OUT":
-			return store.StatusFailed, "the execution timed out"
-		case "ABORTED":
-			return store.StatusFailed, "the execution was stopped"
-		default:
-			return store.StatusFailed, errorMessage(in.Detail.Error, in.Detail.Cause)
-		}
-	}
-	if in.Error != nil {
-		if in.Error.Error == "JobCancelled" {
-			return store.StatusCancelled, ""
-		}
-		return store.StatusFailed, errorMessage(in.Error.Error, in.Error.Cause)
-	}
-	if in.Outcome == "succeeded" {
-		return store.StatusSucceeded, ""
-	}
-	return store.StatusFailed, "the job failed"
-}
-
-// errorMessage renders a Step Functions error. A Lambda's Cause is the JSON
-// error response ({"errorMessage","errorType"}); the message is what a user
-// can read.
-func errorMessage(name, cause string) string {
-	var lambdaErr struct {
-		Message string `json:"errorMessage"`
-		Type    string `json:"errorType"`
-	}
-	if json.Unmarshal([]byte(cause), &lambdaErr) == nil && lambdaErr.Message != "" {
-		cause = lambdaErr.Message
-	}
-	switch {
-	case name == "":
-		return cause
-	case cause == "":
-		return name
-	}
-	return name + ": " + cause
+	return engine.Ended(job.CancelRequested, in.Detail, in.Error, in.Outcome, "the job failed")
 }
 
 func finishMessage(status store.Status, msg string) string {
