@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/service/usage"
 )
 
@@ -77,6 +78,20 @@ func TestUsageRoute(t *testing.T) {
 	}
 	if calls := total["usage"].(map[string]any)["search_calls"].([]any); len(calls) != 1 || calls[0].(map[string]any)["calls"] != 3.0 {
 		t.Fatalf("usage %s", res.body)
+	}
+	// An agent run is its own job type, not a research job without a mode.
+	if _, _, err := e.store.CreateJob(ctxFor(t), store.NewJob{ID: acmeKey("u-agent"), Tenant: "acme", ClientID: "u-agent", Type: store.JobTypeAgent,
+		Request: []byte(`{"agent":"claude","prompt":"p"}`), RequestHash: "h"}); err != nil {
+		t.Fatal(err)
+	}
+	res = e.get("/v1/usage?group_by=job_type", tokenAcme)
+	wantStatus(t, res, 200)
+	var keys []string
+	for _, g := range res.json(t)["groups"].([]any) {
+		keys = append(keys, g.(map[string]any)["key"].(string))
+	}
+	if strings.Join(keys, ",") != "agent,research:light" {
+		t.Fatalf("job_type groups %v, want agent and research:light: %s", keys, res.body)
 	}
 	st := e.get("/v1/jobs/u-1", tokenAcme).json(t)
 	if st["usage"].(map[string]any)["search_calls"].([]any)[0].(map[string]any)["backend"] != "searxng" || st["cost"] != nil {

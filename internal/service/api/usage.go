@@ -21,8 +21,8 @@ import (
 // defaults to the start of the current month (UTC), to to now; the range
 // is at most maxUsageRange. group_by defaults to day (of each job's
 // creation, UTC). job_type groups by the kind and mode of job
-// ("research:light"), and sessions' sandboxes are "session", direct
-// sandboxes "sandbox". provider groups sandbox time by provider; model
+// ("research:light", "agent" for agent runs), and sessions' sandboxes are
+// "session", direct sandboxes "sandbox". provider groups sandbox time by provider; model
 // tokens and search calls belong to no provider and are only in the total.
 
 const maxUsageRange = 366 * 24 * time.Hour
@@ -117,9 +117,7 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 			g.jobs++
 			g.u.Add(u)
 		case "job_type":
-			var req store.JobRequest
-			_ = json.Unmarshal(job.Request, &req)
-			g := at("research:" + req.Mode)
+			g := at(jobUsageType(job))
 			g.jobs++
 			g.u.Add(u)
 		case "provider":
@@ -163,6 +161,17 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 		v.Groups = append(v.Groups, usage.Group{Key: k, Jobs: g.jobs, Sandboxes: g.sandboxes, Usage: usage.ViewOf(g.u), Cost: s.cost(g.u)})
 	}
 	return writeJSON(w, http.StatusOK, v)
+}
+
+// jobUsageType is a job's job_type group: "agent" for an agent run, else
+// "research:<mode>".
+func jobUsageType(job store.Job) string {
+	if job.Type == store.JobTypeAgent {
+		return store.JobTypeAgent
+	}
+	var req store.JobRequest
+	_ = json.Unmarshal(job.Request, &req)
+	return "research:" + req.Mode
 }
 
 // sandboxUsageType is the job_type group of a sandbox no job owns:

@@ -42,20 +42,25 @@ func (e *Enforcer) limits(tenant string) config.QuotaLimits {
 // with the given lifetime: the lifetime within max_sandbox_ttl, a slot of
 // concurrent_sandboxes (held under the name until ReleaseSandbox) and one
 // creation of sandbox_creations_per_hour. Refusals are *store.LimitError;
-// a refused creation gives the slot back.
+// a refused creation gives back the slot this call took.
 func (e *Enforcer) AdmitSandbox(ctx context.Context, tenant, name string, lifetime time.Duration, create bool) error {
 	l := e.limits(tenant)
 	if ttl := l.MaxSandboxTTL.D(); ttl > 0 && lifetime > ttl {
 		return &store.LimitError{Limit: store.QuotaMaxSandboxTTL, Max: int64(ttl / time.Second), Scope: "tenant"}
 	}
+	taken := false
 	if l.ConcurrentSandboxes > 0 {
-		if err := e.st.AcquireSlot(ctx, tenant, store.QuotaConcurrentSandboxes, int64(l.ConcurrentSandboxes), name); err != nil {
+		var err error
+		if taken, err = e.st.TakeSlot(ctx, tenant, store.QuotaConcurrentSandboxes, int64(l.ConcurrentSandboxes), name); err != nil {
 			return err
 		}
 	}
 	if create && l.SandboxCreationsPerHour > 0 {
 		if err := e.st.CountInWindow(ctx, tenant, store.QuotaSandboxCreationsPerHour, int64(l.SandboxCreationsPerHour), time.Hour); err != nil {
-			return errors.Join(err, e.ReleaseSandbox(context.WithoutCancel(ctx), tenant, name))
+			if taken {
+				err = errors.Join(err, e.ReleaseSandbox(context.WithoutCancel(ctx), tenant, name))
+			}
+			return err
 		}
 	}
 	return nil
@@ -83,13 +88,22 @@ func (e *Enforcer) AdmitJob(ctx context.Context, tenant, key string, counted boo
 			return err
 		}
 	}
-	if counted && l.JobsPerHour > 0 {
-		if err := e.st.CountInWindow(ctx, tenant, store.QuotaJobsPerHour, int64(l.JobsPerHour), time.Hour); err != nil {
+	// The slot first: a submission refused for want of one must not use
+	// up one of the hour's jobs, which cannot be given back.
+	taken := false
+	if l.ConcurrentJobs > 0 {
+		var err error
+		if taken, err = e.st.TakeSlot(ctx, tenant, store.QuotaConcurrentJobs, int64(l.ConcurrentJobs), key); err != nil {
 			return err
 		}
 	}
-	if l.ConcurrentJobs > 0 {
-		return e.st.AcquireSlot(ctx, tenant, store.QuotaConcurrentJobs, int64(l.ConcurrentJobs), key)
+	if counted && l.JobsPerHour > 0 {
+		if err := e.st.CountInWindow(ctx, tenant, store.QuotaJobsPerHour, int64(l.JobsPerHour), time.Hour); err != nil {
+			if taken {
+				err = errors.Join(err, e.ReleaseJob(context.WithoutCancel(ctx), tenant, key))
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package quota_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -158,5 +159,45 @@ func TestDailyBudgetRefusesNewJobs(t *testing.T) {
 	}
 	if err := q.AdmitJob(ctx, "globex", "j-other", true); err != nil {
 		t.Fatalf("another tenant: %v", err)
+	}
+}
+
+// A submission refused for want of a concurrent_jobs slot does not use up
+// one of the hour's jobs: with one slot and three jobs an hour, any number
+// of refusals while a job runs leave the hour's other two for later.
+func TestARefusedSlotCostsNoHourlyJob(t *testing.T) {
+	db := testddb.ForTests(t)
+	st := store.NewLocal(db.Endpoint, db.Prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := quota.New(st, quotas(t, "[quotas]\nconcurrent_jobs = 1\njobs_per_hour = 3\n"))
+	limitOf := func(err error) string {
+		var le *store.LimitError
+		if errors.As(err, &le) {
+			return le.Limit
+		}
+		return fmt.Sprint(err)
+	}
+	for i := range 3 {
+		id := fmt.Sprintf("j-%d", i)
+		if err := q.AdmitJob(ctx, "acme", id, true); err != nil {
+			t.Fatalf("job %s: %v", id, err)
+		}
+		for k := range 4 {
+			if got := limitOf(q.AdmitJob(ctx, "acme", fmt.Sprintf("j-%d-refused-%d", i, k), true)); got != store.QuotaConcurrentJobs {
+				t.Fatalf("a second job while %s runs: %s, want concurrent_jobs", id, got)
+			}
+		}
+		if err := q.ReleaseJob(ctx, "acme", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The hour's three are used: the fourth is refused by the hourly
+	// quota, and its refusal leaves no slot taken.
+	if got := limitOf(q.AdmitJob(ctx, "acme", "j-fourth", true)); got != store.QuotaJobsPerHour {
+		t.Fatalf("a fourth job in the hour: %s, want jobs_per_hour", got)
+	}
+	if h, err := st.SlotHolders(ctx, "acme", store.QuotaConcurrentJobs); err != nil || len(h) != 0 {
+		t.Fatalf("slots held after the refusal: %v, %v", h, err)
 	}
 }

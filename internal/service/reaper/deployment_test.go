@@ -1,6 +1,8 @@
 package reaper_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +85,62 @@ func TestTwoDeploymentsReapOnlyTheirOwn(t *testing.T) {
 		}
 	}
 	check("more passes", nil, []providers.Sandbox{liveA, liveB, legacy})
+}
+
+// Names are the tenant's job or session keys, so two stacks with the same
+// tenants can ask one provider for the same name. The stack that comes
+// second is refused (it never adopts the other's sandbox), and neither its
+// cleanup of that name nor its reaper's, for an entry whose create never
+// answered, terminates the other stack's sandbox.
+func TestASandboxOfTheSameNameIsNeverTheOtherStacks(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	other := testddb.ForTests(t)
+	stB := store.New(other.Client, other.Prefix)
+	mA := e.r.Sandboxes
+	mB := sandboxes.New(sandboxes.Options{Store: stB, Provider: e.prov, ProviderName: "local", Deployment: "staging", Logger: e.log})
+
+	owner := sandboxes.JobOwner("job-same", "acme")
+	spec := providers.CreateSpec{Name: "job-same", Lifetime: 10 * time.Minute}
+	lease, err := mB.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := lease.Sandbox
+	t.Cleanup(func() { _ = e.prov.Terminate(context.Background(), theirs.ID) })
+
+	got, err := mA.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec})
+	if err == nil || got.Sandbox.ID == theirs.ID || !strings.Contains(err.Error(), "another deployment") {
+		t.Fatalf("stack test's acquire of the name = %+v, %v; want a refusal naming the other deployment", got, err)
+	}
+	if _, err := mA.ReleaseOwner(ctx, owner, "job ended"); err != nil {
+		t.Fatal(err)
+	}
+	if !e.alive(t, theirs.ID) {
+		t.Fatal("stack test's release of its job terminated stack staging's sandbox")
+	}
+
+	// An entry whose create never answered (the process died): the pass
+	// looks for its sandbox by name, among its own deployment's only.
+	if _, err := e.st.LedgerBegin(ctx, store.LedgerEntry{Name: "job-lost", Provider: "local", Owner: sandboxes.JobOwner("job-lost", "acme").String(),
+		Tenant: "acme", Deadline: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err = mB.Acquire(ctx, sandboxes.Request{Owner: sandboxes.JobOwner("job-lost", "acme"), Spec: providers.CreateSpec{Name: "job-lost", Lifetime: 10 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirLost := lease.Sandbox
+	t.Cleanup(func() { _ = e.prov.Terminate(context.Background(), theirLost.ID) })
+	e.r.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	c, err := e.r.Pass(ctx)
+	if err != nil || c.LedgerReaped != 1 {
+		t.Fatalf("stack test's pass: %+v, %v; want its never-confirmed entry closed", c, err)
+	}
+	if st := e.ledgerState(t, "job-lost"); st != store.LedgerTerminated {
+		t.Fatalf("stack test's entry is %s", st)
+	}
+	if !e.alive(t, theirLost.ID) || !e.alive(t, theirs.ID) {
+		t.Fatal("stack test's pass terminated a sandbox of stack staging")
+	}
 }

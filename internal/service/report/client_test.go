@@ -443,3 +443,50 @@ func TestNewClientRefusesBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// noUsage streams pieces and ends as a server that reports no usage does
+// (many OpenAI-compatible servers ignore stream_options).
+func noUsage(pieces ...string) behaviour {
+	return func(w http.ResponseWriter, r *http.Request, model string) {
+		sseHeaders(w)
+		for _, p := range pieces {
+			event(w, chunk(model, p, nil))
+		}
+		event(w, chunk(model, "", "stop"))
+		event(w, "[DONE]")
+	}
+}
+
+// The meter gets each model's tokens as the server reports them; from a
+// server that reports none, an estimate from the text (four bytes a token)
+// marked estimated, also for an answer broken off; nothing for a model
+// that refused before answering.
+func TestMeterCountsReportedAndEstimatedTokens(t *testing.T) {
+	type count struct {
+		model         string
+		input, output int64
+		estimated     bool
+	}
+	msgs := []report.Message{{Role: "system", Content: strings.Repeat("s", 40)}, {Role: "user", Content: strings.Repeat("u", 39)}}
+	for _, tc := range []struct {
+		name   string
+		b      map[string]behaviour
+		models []string
+		want   []count
+	}{
+		{"reported", map[string]behaviour{"m1": streams("Solid", "-state")}, []string{"m1"}, []count{{"m1", 120, 7, false}}},
+		{"estimated", map[string]behaviour{"m1": noUsage("Solid", "-state ", "cells")}, []string{"m1"}, []count{{"m1", 20, 5, true}}},
+		{"broken off", map[string]behaviour{"m1": breaksAfter("abcdefgh")}, []string{"m1"}, []count{{"m1", 20, 2, true}}},
+		{"refused, then another", map[string]behaviour{"m1": status(429, rateLimited), "m2": noUsage("ok")}, []string{"m1", "m2"}, []count{{"m2", 20, 1, true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake(t, apiKey, tc.b)
+			var got []count
+			c := report.WithMeter(ctx(t), func(model string, in, out int64, est bool) { got = append(got, count{model, in, out, est}) })
+			_, _ = f.client(t, apiKey, tc.models...).Stream(c, msgs, nil)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("metered %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

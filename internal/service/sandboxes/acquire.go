@@ -181,8 +181,13 @@ func (m *Manager) create(ctx context.Context, req Request) (sb providers.Sandbox
 	}
 	if providers.CodeOf(err) == providers.AlreadyExists {
 		// A previous attempt created it but did not live to record it.
-		sb, err = m.findByName(ctx, req.Spec.Name)
-		return sb, err == nil, err
+		sb, ferr := m.findByName(ctx, req.Spec.Name)
+		if providers.IsNotFound(ferr) {
+			// Not this deployment's: another stack on the provider has a
+			// live sandbox of this name, which is not ours to use.
+			return providers.Sandbox{}, false, fmt.Errorf("the name is taken by a live sandbox of another deployment than %q: %w", m.dep, err)
+		}
+		return sb, ferr == nil, ferr
 	}
 	return sb, false, err
 }

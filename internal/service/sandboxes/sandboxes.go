@@ -277,8 +277,12 @@ func (m *Manager) lookupByName(ctx context.Context, name string) (string, error)
 	return "", fmt.Errorf("find sandbox %s: %w", name, err)
 }
 
+// findByName finds this deployment's live sandbox named name. Only this
+// deployment's: a stack sharing the provider may hold a sandbox of the same
+// name (the same tenant and job id), which this one must never adopt nor
+// terminate.
 func (m *Manager) findByName(ctx context.Context, name string) (providers.Sandbox, error) {
-	list, err := m.prov.List(ctx, providers.ListFilter{Name: name})
+	list, err := m.prov.List(ctx, providers.ListFilter{Name: name, Labels: Labels(m.dep)})
 	if err != nil {
 		return providers.Sandbox{}, err
 	}

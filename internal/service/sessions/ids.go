@@ -17,8 +17,13 @@ func keyHash(key string, n int) string {
 	return hex.EncodeToString(sum[:])[:n]
 }
 
-// volumeSlug is the session's volume.
-func volumeSlug(key string) string { return "ws-" + keyHash(key, 24) }
+// volumeSlug is the volume of a new session of this deployment. The
+// deployment is in it because the key is only the tenant's and the
+// session's id: two stacks sharing a provider, with the same tenants,
+// would otherwise mount one volume, and one's cleanup would delete the
+// other's. A session keeps the slug it was created with (its record holds
+// it), so sessions made before deployment ids keep their volumes.
+func volumeSlug(deployment, key string) string { return "ws-" + keyHash(deployment+"\x00"+key, 24) }
 
 // sandboxName is a new sandbox of the session. Each sandbox gets its own
 // name, and so its own ledger entry: an entry closed by the cleanup can

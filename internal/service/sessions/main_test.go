@@ -154,6 +154,8 @@ type envConfig struct {
 	// deno, when set, makes the stack's provider "deno" against this fake
 	// (startDeno) instead of "local".
 	deno *fakedeno.Running
+	// deployment is [provider] deployment ("" for the default).
+	deployment string
 }
 
 func newEnv(t testing.TB, ec envConfig) *env {
@@ -177,12 +179,16 @@ func newEnv(t testing.TB, ec envConfig) *env {
 		provider = "deno"
 		ec.local += fmt.Sprintf("\n[provider.deno]\ntoken_env = %q\nconsole_url = %q\nsandbox_url = %q\n", denoTokenEnv, ec.deno.ConsoleURL, ec.deno.SandboxURL)
 	}
+	if ec.deployment != "" {
+		ec.deployment = fmt.Sprintf("deployment = %q", ec.deployment)
+	}
 	cfgText := fmt.Sprintf(`
 [server]
 data_dir = %q
 [provider]
 name = %q
 plugin_dir = %q
+%s
 [provider.local]
 ro_paths = %s
 tools_dir = %q
@@ -202,7 +208,7 @@ sha256 = %q
 enabled = true
 %s
 %s
-`, ec.dir, provider, pluginDir, roPaths, toolsDir, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
+`, ec.dir, provider, pluginDir, ec.deployment, roPaths, toolsDir, ec.local, ec.sandbox, hashOf(tokenAcme), hashOf(tokenGlobex), ec.sessions, ec.deps)
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)

@@ -369,7 +369,7 @@ func (s *Service) record(ctx context.Context, tenant, id string, reopen bool) (s
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return sess, false, s.unavailable(err)
 	}
-	sess, created, err := s.st.CreateSession(ctx, store.NewSession{ID: key, Tenant: tenant, ClientID: id, VolumeSlug: volumeSlug(key), IdleTTL: s.ttl()})
+	sess, created, err := s.st.CreateSession(ctx, store.NewSession{ID: key, Tenant: tenant, ClientID: id, VolumeSlug: volumeSlug(s.deployment, key), IdleTTL: s.ttl()})
 	if err != nil {
 		return sess, false, s.unavailable(err)
 	}

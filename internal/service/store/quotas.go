@@ -57,11 +57,19 @@ func registryKey(tenant string) map[string]types.AttributeValue {
 // are taken it returns a *LimitError (scope "tenant", no RetryAfter: a
 // release frees one).
 func (s *Store) AcquireSlot(ctx context.Context, tenant, limit string, max int64, holder string) error {
+	_, err := s.TakeSlot(ctx, tenant, limit, max, holder)
+	return err
+}
+
+// TakeSlot is AcquireSlot, also saying whether this call took the slot
+// (false: holder had it already), so that a caller undoing its admission
+// gives back only what it took.
+func (s *Store) TakeSlot(ctx context.Context, tenant, limit string, max int64, holder string) (taken bool, err error) {
 	if tenant == "" || limit == "" || holder == "" {
-		return fmt.Errorf("acquire slot: tenant, limit and holder are required: %w", ErrInvalid)
+		return false, fmt.Errorf("acquire slot: tenant, limit and holder are required: %w", ErrInvalid)
 	}
 	if max <= 0 || max > MaxSlots {
-		return fmt.Errorf("acquire slot %s: limit %d is not 1 to %d: %w", limit, max, MaxSlots, ErrInvalid)
+		return false, fmt.Errorf("acquire slot %s: limit %d is not 1 to %d: %w", limit, max, MaxSlots, ErrInvalid)
 	}
 	for attempt := 0; ; attempt++ {
 		now := s.now()
@@ -73,30 +81,30 @@ func (s *Store) AcquireSlot(ctx context.Context, tenant, limit string, max int64
 		e.cond("attribute_not_exists(" + e.name("holders") + "." + e.name(holder) + ")")
 		_, err := s.db.UpdateItem(ctx, e.update(s.sandboxes, slotKey(tenant, limit)))
 		if err == nil {
-			return nil
+			return true, nil
 		}
 		old, ok := isConditionFailed(err)
 		if !ok {
-			return fmt.Errorf("acquire %s slot of %s: %w", limit, tenant, err)
+			return false, fmt.Errorf("acquire %s slot of %s: %w", limit, tenant, err)
 		}
 		if len(old) == 0 {
 			if old, err = s.getItem(ctx, s.sandboxes, slotKey(tenant, limit)); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
+				return false, err
 			}
 		}
 		holders, exists := old["holders"].(*types.AttributeValueMemberM)
 		switch {
 		case exists && holders.Value[holder] != nil:
-			return nil // a retry: the slot is already this holder's
+			return false, nil // a retry: the slot is already this holder's
 		case exists:
-			return &LimitError{Limit: limit, Max: max, Scope: "tenant"}
+			return false, &LimitError{Limit: limit, Max: max, Scope: "tenant"}
 		}
 		// The tenant's first slot: make the item, then take it as above.
 		if err := s.createSlotItem(ctx, tenant, limit); err != nil {
-			return err
+			return false, err
 		}
 		if attempt >= 3 {
-			return fmt.Errorf("acquire %s slot of %s: the quota item keeps changing: %w", limit, tenant, ErrConflict)
+			return false, fmt.Errorf("acquire %s slot of %s: the quota item keeps changing: %w", limit, tenant, ErrConflict)
 		}
 	}
 }

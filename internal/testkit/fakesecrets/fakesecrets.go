@@ -1,9 +1,10 @@
 // Package fakesecrets stands in for AWS Secrets Manager and SSM Parameter
 // Store, which cannot run here: one HTTP server that answers
-// GetSecretValue and GetParameter in the JSON 1.1 protocol the AWS SDKs
-// speak (X-Amz-Target, application/x-amz-json-1.1, errors as __type and
-// message), for requests signed with SigV4 for the right service. Its own
-// test judges it with the SDK's secretsmanager and ssm clients.
+// GetSecretValue (string and binary secrets, the AWSCURRENT and
+// AWSPREVIOUS stages) and GetParameter in the JSON 1.1 protocol the AWS
+// SDKs speak (X-Amz-Target, application/x-amz-json-1.1, errors as __type
+// and message), for requests signed with SigV4 for the right service. Its
+// own test judges it with the SDK's secretsmanager and ssm clients.
 package fakesecrets
 
 import (
@@ -34,11 +35,23 @@ type Server struct {
 	secrets map[string]secret // by name
 	params  map[string]param  // by name
 	calls   map[string]int    // by X-Amz-Target
+	// versions numbers the secrets' versions.
+	versions int
 }
 
+// secret is one secret's versions: the current one (AWSCURRENT) and the
+// one before it (AWSPREVIOUS), as a rotation leaves them. A version holds
+// a string or bytes.
 type secret struct {
-	arn, value string
-	created    time.Time
+	arn               string
+	current, previous *version
+	created           time.Time
+}
+
+type version struct {
+	id     string
+	value  string
+	binary []byte
 }
 
 type param struct {
@@ -57,14 +70,31 @@ func New() *Server {
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }
 
-// PutSecret stores a secret's string value and returns its ARN, which
-// ends, as AWS's do, in a dash and six random characters.
+// PutSecret stores a new string version of a secret and returns its ARN,
+// which ends, as AWS's do, in a dash and six random characters. The
+// version it replaces becomes AWSPREVIOUS.
 func (s *Server) PutSecret(name, value string) string {
+	return s.put(name, &version{value: value})
+}
+
+// PutSecretBinary stores a new binary version of a secret (SecretBinary),
+// as PutSecret does a string one.
+func (s *Server) PutSecretBinary(name string, value []byte) string {
+	return s.put(name, &version{binary: value})
+}
+
+func (s *Server) put(name string, v *version) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	arn := fmt.Sprintf("arn:aws:secretsmanager:%s:%s:secret:%s-%s", Region, Account, name, suffix(name))
-	s.secrets[name] = secret{arn: arn, value: value, created: time.Now()}
-	return arn
+	sec, ok := s.secrets[name]
+	if !ok {
+		sec = secret{arn: fmt.Sprintf("arn:aws:secretsmanager:%s:%s:secret:%s-%s", Region, Account, name, suffix(name)), created: time.Now()}
+	}
+	s.versions++
+	v.id = fmt.Sprintf("a1b2c3d4-5678-90ab-cdef-%012d", s.versions)
+	sec.previous, sec.current = sec.current, v
+	s.secrets[name] = sec
+	return sec.arn
 }
 
 // PutParameter stores a parameter: typ is "String", "StringList" or
@@ -163,12 +193,27 @@ func (s *Server) getSecretValue(w http.ResponseWriter, in map[string]any) {
 		fail(w, http.StatusBadRequest, "ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
 		return
 	}
+	stage, _ := in["VersionStage"].(string)
+	if stage == "" {
+		stage = "AWSCURRENT"
+	}
+	v := map[string]*version{"AWSCURRENT": sec.current, "AWSPREVIOUS": sec.previous}[stage]
+	if v == nil {
+		fail(w, http.StatusBadRequest, "ResourceNotFoundException", "Secrets Manager can't find the specified secret value for staging label: "+stage)
+		return
+	}
 	name := sec.arn[strings.Index(sec.arn, ":secret:")+len(":secret:") : len(sec.arn)-7]
-	answer(w, map[string]any{
-		"ARN": sec.arn, "Name": name, "SecretString": sec.value,
-		"VersionId": "a1b2c3d4-5678-90ab-cdef-EXAMPLE11111", "VersionStages": []string{"AWSCURRENT"},
+	out := map[string]any{
+		"ARN": sec.arn, "Name": name, "VersionId": v.id, "VersionStages": []string{stage},
 		"CreatedDate": float64(sec.created.UnixMilli()) / 1000,
-	})
+	}
+	// Exactly one of the two, as the service answers; bytes are base64.
+	if v.binary != nil {
+		out["SecretBinary"] = base64.StdEncoding.EncodeToString(v.binary)
+	} else {
+		out["SecretString"] = v.value
+	}
+	answer(w, out)
 }
 
 func (s *Server) getParameter(w http.ResponseWriter, in map[string]any) {

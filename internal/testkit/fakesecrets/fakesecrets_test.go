@@ -40,6 +40,23 @@ func TestSDKClientsAgree(t *testing.T) {
 	if !errors.As(err, &nf) {
 		t.Fatalf("GetSecretValue of an absent secret: %v (%T), want ResourceNotFoundException", err, err)
 	}
+	// A binary secret, and a rotation: the new version is AWSCURRENT, the
+	// old one AWSPREVIOUS; a stage no version has is not found.
+	f.PutSecretBinary("cert", []byte{0, 1, 2, 0xff})
+	bin, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String("cert")})
+	if err != nil || string(bin.SecretBinary) != "\x00\x01\x02\xff" || bin.SecretString != nil {
+		t.Fatalf("GetSecretValue of a binary secret = %+v, %v", bin, err)
+	}
+	f.PutSecret("sandy-api-key", `{"api_key":"k-2"}`)
+	for stage, want := range map[string]string{"AWSCURRENT": `{"api_key":"k-2"}`, "AWSPREVIOUS": `{"api_key":"k-1"}`} {
+		out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String("sandy-api-key"), VersionStage: aws.String(stage)})
+		if err != nil || aws.ToString(out.SecretString) != want || len(out.VersionStages) != 1 || out.VersionStages[0] != stage {
+			t.Fatalf("GetSecretValue at %s = %+v, %v", stage, out, err)
+		}
+	}
+	if _, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String("cert"), VersionStage: aws.String("AWSPREVIOUS")}); !errors.As(err, &nf) {
+		t.Fatalf("GetSecretValue of a stage no version has: %v, want ResourceNotFoundException", err)
+	}
 
 	ps := ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(f.URL) })
 	parn := f.PutParameter("/sandstep/key", "SecureString", "k-2")
@@ -61,7 +78,7 @@ func TestSDKClientsAgree(t *testing.T) {
 	if !errors.As(err, &pnf) {
 		t.Fatalf("GetParameter of an absent parameter: %v (%T), want ParameterNotFound", err, err)
 	}
-	if f.Calls("GetSecretValue") != 4 || f.Calls("GetParameter") != 4 {
+	if f.Calls("GetSecretValue") != 8 || f.Calls("GetParameter") != 4 {
 		t.Fatalf("calls = %d, %d", f.Calls("GetSecretValue"), f.Calls("GetParameter"))
 	}
 }
