@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/service/research"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
@@ -202,5 +204,57 @@ func TestAReplayedPhaseCountsOnce(t *testing.T) {
 	}
 	if got, all := u.SearchCalls["searxng"], searches.Load(); all == 0 || all%2 != 0 || got != all/2 {
 		t.Fatalf("the job's usage counts %d searches; the two deliveries made %d", got, all)
+	}
+}
+
+// Every slice of a crawl keeps its own usage record, also a slice in which
+// the crawler printed nothing (its progress offset does not move): the
+// job's execs are those of every slice, and a slice delivered again
+// replaces only its own record.
+func TestEveryCrawlSliceCounts(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1, SlowLatency: 1500 * time.Millisecond})
+	var crawls atomic.Int64
+	s := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate(),
+		wrap: func(inv asl.Invoker) asl.Invoker {
+			return &phaseWrapper{inner: inv, fn: "CrawlFunction", before: func(context.Context, int) error {
+				crawls.Add(1)
+				return nil
+			}}
+		}})
+	// Slices far shorter than the slow page: the crawler is silent
+	// through several of them.
+	s.App.Phases.CrawlSlice = 100 * time.Millisecond
+	s.research(t, "job-slices", "light", "balanced", []string{site.Hosts[0].Page(fixturesite.PathSlow)})
+	recs, err := s.st.JobUsageRecords(context.Background(), devKey("job-slices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := int(crawls.Load())
+	var keys []string
+	var execs int64
+	for k, u := range recs {
+		if strings.HasPrefix(k, "crawl:") {
+			keys = append(keys, k)
+			execs += u.Execs
+			if u.Execs == 0 {
+				t.Errorf("slice %s counted no exec", k)
+			}
+		}
+	}
+	slices.Sort(keys)
+	if calls < 3 || len(keys) != calls {
+		t.Fatalf("%d crawl slices ran, %d usage records: %v", calls, len(keys), keys)
+	}
+	for i := range calls {
+		if _, ok := recs[fmt.Sprintf("crawl:%d", i)]; !ok {
+			t.Errorf("no record of slice %d: %v", i, keys)
+		}
+	}
+	u, err := s.st.JobUsage(context.Background(), devKey("job-slices"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Execs < execs {
+		t.Errorf("the job counts %d execs, its crawl slices alone %d", u.Execs, execs)
 	}
 }

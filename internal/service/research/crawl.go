@@ -34,17 +34,20 @@ const (
 const OriginBlocked store.Origin = "blocked"
 
 // CrawlInput is the Crawl state's input. Offset is how far the progress log
-// was read by earlier rounds of the crawl loop.
+// was read by earlier rounds of the crawl loop; Slice counts those rounds.
 type CrawlInput struct {
 	JobID     string `json:"job_id"`
 	SandboxID string `json:"sandbox_id"`
 	Offset    int64  `json:"offset"`
+	Slice     int    `json:"slice"`
 }
 
-// CrawlOutput tells the state machine whether to call Crawl again.
+// CrawlOutput tells the state machine whether to call Crawl again, and
+// carries the loop's position into the next round.
 type CrawlOutput struct {
 	Done    bool  `json:"done"`
 	Offset  int64 `json:"offset"`
+	Slice   int   `json:"slice"`
 	Sources int   `json:"sources"`
 }
 
@@ -58,9 +61,10 @@ func (p *Phases) Crawl(ctx context.Context, in CrawlInput) (CrawlOutput, error) 
 	if err != nil {
 		return CrawlOutput{}, err
 	}
-	// One record per slice: a slice's input (its offset) is the same when
-	// it is delivered again.
-	r.usageKey = fmt.Sprintf("crawl:%d", in.Offset)
+	// One record per slice, keyed by the slice's number: the same when a
+	// slice is delivered again, and new for the next slice even when the
+	// crawler printed nothing in this one (the offset would not move).
+	r.usageKey = fmt.Sprintf("crawl:%d", in.Slice)
 	out, err := r.crawl(in)
 	if err != nil && !providers.IsNotFound(err) && r.checkCancel() == nil && in.SandboxID != "" {
 		// An exec cut short by a vanishing sandbox fails in whatever way
@@ -74,6 +78,7 @@ func (p *Phases) Crawl(ctx context.Context, in CrawlInput) (CrawlOutput, error) 
 		// with what discovery found.
 		out, err = CrawlOutput{Done: true, Offset: in.Offset}, r.sandboxLost(err)
 	}
+	out.Slice = in.Slice + 1
 	return out, r.end(err)
 }
 
