@@ -230,6 +230,30 @@ func (c *Client) Exec(ctx context.Context, id string, req ExecRequest) (Exec, er
 	return e, err
 }
 
+// ExecStatus reads an exec's state (its output is read with Output).
+func (c *Client) ExecStatus(ctx context.Context, id, execID string) (Exec, error) {
+	var e Exec
+	err := c.json(ctx, http.MethodGet, sbPath(id)+"/execs/"+url.PathEscape(execID), nil, &e)
+	return e, err
+}
+
+// Event is one event of a sandbox's life (sandbox.created,
+// sandbox.expiring, sandbox.expired, sandbox.terminated).
+type Event struct {
+	Type    string    `json:"type"`
+	At      time.Time `json:"at"`
+	Message string    `json:"message"`
+}
+
+// Events reads a sandbox's events.
+func (c *Client) Events(ctx context.Context, id string) ([]Event, error) {
+	var out struct {
+		Events []Event `json:"events"`
+	}
+	err := c.json(ctx, http.MethodGet, sbPath(id)+"/events", nil, &out)
+	return out.Events, err
+}
+
 // Run executes a command and copies its whole stdout and stderr into the
 // writers (nil discards), resuming after broken reads; it returns the exit
 // code.
@@ -253,30 +277,39 @@ func (c *Client) Run(ctx context.Context, id string, req ExecRequest, stdout, st
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	if _, err := c.Output(ctx, id, e.ExecID, "stderr", 0, stderr); err != nil {
-		return 0, err
-	}
-	return c.Output(ctx, id, e.ExecID, "stdout", 0, stdout)
+	// Both streams at once, so that each arrives as it is written.
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Output(ctx, id, e.ExecID, "stderr", 0, stderr)
+		errc <- err
+	}()
+	code, err := c.Output(ctx, id, e.ExecID, "stdout", 0, stdout)
+	return code, errors.Join(err, <-errc)
 }
 
 // Output copies an exec's stream ("stdout" or "stderr") from offset into w
 // as it arrives, until the exec ends, and returns its exit code. A read
-// that breaks (the connection drops, the server restarts, a Lambda ends)
-// is resumed from the last byte written: w gets every byte exactly once.
+// that breaks (the connection drops, the server restarts, a proxy answers
+// 502, 503 or 504, a Lambda ends) is resumed from the last byte written,
+// after a pause that doubles from ResumeDelay up to 5 s: w gets every byte
+// exactly once. MaxResumes broken reads in a row that brought no byte end
+// it with the last error.
 func (c *Client) Output(ctx context.Context, id, execID, stream string, offset int64, w io.Writer) (int, error) {
 	fails := 0
+	retry := func(err error) error {
+		if fails++; fails > c.MaxResumes {
+			return fmt.Errorf("reading %s at offset %d: %w", stream, offset, err)
+		}
+		return sleep(ctx, min(c.ResumeDelay<<min(fails-1, 10), 5*time.Second))
+	}
 	for {
-		path := fmt.Sprintf("%s/execs/%s/output?stream=%s&offset=%d&wait_ms=20000", sbPath(id), url.PathEscape(execID), stream, offset)
+		path := fmt.Sprintf("%s/execs/%s/output?stream=%s&offset=%d&wait_ms=20000", sbPath(id), url.PathEscape(execID), url.QueryEscape(stream), offset)
 		res, err := c.do(ctx, http.MethodGet, path, nil, "")
 		if err != nil {
-			var ae *Error
-			if errors.As(err, &ae) || ctx.Err() != nil {
+			if ctx.Err() != nil || !transient(err) {
 				return 0, err
 			}
-			if fails++; fails > c.MaxResumes {
-				return 0, fmt.Errorf("reading output at offset %d: %w", offset, err)
-			}
-			if err := sleep(ctx, c.ResumeDelay); err != nil {
+			if err := retry(err); err != nil {
 				return 0, err
 			}
 			continue
@@ -290,10 +323,13 @@ func (c *Client) Output(ctx context.Context, id, execID, stream string, offset i
 		}
 		if cerr != nil || offset != next {
 			// Broken mid-body: go on from what arrived.
-			if fails++; fails > c.MaxResumes {
-				return 0, fmt.Errorf("reading output at offset %d: %v", offset, cerr)
+			if cerr == nil {
+				cerr = io.ErrUnexpectedEOF
 			}
-			if err := sleep(ctx, c.ResumeDelay); err != nil {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			if err := retry(cerr); err != nil {
 				return 0, err
 			}
 			continue
@@ -304,6 +340,20 @@ func (c *Client) Output(ctx context.Context, id, execID, stream string, offset i
 			return code, nil
 		}
 	}
+}
+
+// transient reports whether a failed request may succeed as it is later:
+// the connection failed, or a gateway or the server was briefly unable.
+func transient(err error) bool {
+	var ae *Error
+	if !errors.As(err, &ae) {
+		return true
+	}
+	switch ae.Status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

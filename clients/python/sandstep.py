@@ -17,6 +17,7 @@ deploy_webapp, run_isolated_task), synchronous.
 """
 
 import base64
+import http.client
 import json
 import os
 import time
@@ -147,17 +148,32 @@ class Client:
         body = {"command": command, "timeout_seconds": int(timeout), "background": True, "keep_alive": keep_alive}
         return self._json("POST", "/v1/sandboxes/%s/exec" % _q(sandbox_id), body)["exec_id"]
 
-    def read_output(self, sandbox_id, exec_id, stream="stdout", offset=0):
-        """Reads an exec's stream from offset to its end; returns (bytes, exit_code)."""
+    def read_output(self, sandbox_id, exec_id, stream="stdout", offset=0, max_retries=20):
+        """Reads an exec's stream from offset to its end; returns (bytes, exit_code).
+
+        A read that breaks (the connection drops, the server restarts, a
+        gateway answers 502/503/504) is read again from the same offset, so
+        nothing is lost or repeated; max_retries failures in a row give up."""
         chunks = []
+        fails = 0
         while True:
             path = "/v1/sandboxes/%s/execs/%s/output?stream=%s&offset=%d&wait_ms=20000" % (
                 _q(sandbox_id), _q(exec_id), stream, offset)
             try:
                 _, headers, data = self._request("GET", path, timeout=60)
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.5)  # resume from the same offset
+            except APIError as e:
+                if e.status not in (502, 503, 504) or fails >= max_retries:
+                    raise
+                fails += 1
+                time.sleep(min(0.2 * 2 ** fails, 5))
                 continue
+            except (urllib.error.URLError, http.client.HTTPException, OSError):
+                if fails >= max_retries:
+                    raise
+                fails += 1
+                time.sleep(min(0.2 * 2 ** fails, 5))  # resume from the same offset
+                continue
+            fails = 0
             h = {k.lower(): v for k, v in headers.items()}
             chunks.append(data)
             offset = int(h["x-sandstep-next-offset"])

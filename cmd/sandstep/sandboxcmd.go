@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -98,6 +99,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
+		if *cf.json {
+			return printJSON(stdout, sb)
+		}
 		fmt.Fprintln(stdout, sb.ID)
 		printURLs(stderr, sb)
 		return nil
@@ -105,6 +109,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		list, err := api.List(ctx)
 		if err != nil {
 			return err
+		}
+		if *cf.json {
+			return printJSON(stdout, map[string]any{"sandboxes": list})
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tSTATUS\tPARENT\tEXPIRES\tTTL LEFT")
@@ -126,6 +133,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		sb, err := api.Get(ctx, pos[0])
 		if err != nil {
 			return err
+		}
+		if *cf.json {
+			return printJSON(stdout, map[string]any{"public_urls": sb.PublicURLs})
 		}
 		if len(pos) == 2 {
 			u, ok := sb.PublicURLs[pos[1]]
@@ -157,6 +167,9 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if *background {
+		if *cf.json {
+			return printJSON(stdout, ex)
+		}
 		fmt.Fprintln(stdout, ex.ExecID)
 		return nil
 	}
@@ -231,4 +244,11 @@ func copyFile(ctx context.Context, api *sbclient.Client, src, dst string, stdout
 		r = f
 	}
 	return api.WriteFile(ctx, id, p, r)
+}
+
+// printJSON prints v as the --json answer of a sandbox command.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -94,8 +94,11 @@ func (s *server) guardBody(rt route, next http.Handler) http.Handler {
 }
 
 func (b *body) tooLarge() *Error {
-	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Field: b.route.bodyField,
-		Message: fmt.Sprintf("the request body is larger than %d bytes, the limit of this route (server.%s)", b.route.maxBody, b.route.bodyKey)}
+	msg := fmt.Sprintf("the request body is larger than %d bytes, the limit of this route", b.route.maxBody)
+	if b.route.bodyKey != "" {
+		msg += " (server." + b.route.bodyKey + ")"
+	}
+	return &Error{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge, Field: b.route.bodyField, Message: msg}
 }
 
 // body is a request body under guard. It remembers whether it was read to

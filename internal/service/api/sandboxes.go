@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -64,7 +65,7 @@ func sandboxScope(rt *route) { rt.sandboxScope = true }
 
 // fileBody bounds a file upload by MaxFileBytes rather than the JSON
 // bodies' limit.
-func fileBody(rt *route) { rt.maxBody, rt.bodyKey = MaxFileBytes, "the file upload limit" }
+func fileBody(rt *route) { rt.maxBody, rt.bodyKey = MaxFileBytes, "" }
 
 func (s *server) sandboxesOn() error {
 	if s.opts.Sandboxes == nil {
@@ -87,7 +88,7 @@ func directError(c *call, err error) error {
 	case direct.KindNotFound:
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Message: e.Message}
 	case direct.KindForbidden:
-		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Message: e.Message}
+		return &Error{Status: http.StatusForbidden, Code: CodeForbidden, Field: e.Field, Message: e.Message}
 	case direct.KindConflict:
 		return &Error{Status: http.StatusConflict, Code: CodeConflict, Field: e.Field, Message: e.Message}
 	}
@@ -109,6 +110,13 @@ func decodeBody(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body) // bounded by the route's guard
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Field != "" {
+			// Name the type the field wants, from the Go type it decodes
+			// into (decodeError knows the jobs' fields only).
+			field, _, _ := strings.Cut(typ.Field, ".")
+			return invalid(field, "%s must be %s, not %s", typ.Field, jsonKind(typ.Type), jsonValue(typ.Value))
+		}
 		return decodeError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -118,6 +126,28 @@ func decodeBody(r *http.Request, v any) error {
 		return decodeError(err)
 	}
 	return nil
+}
+
+// jsonKind names the JSON value a Go type decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	}
+	return "another type"
 }
 
 func wholeSeconds(field string, v *float64) (time.Duration, error) {
@@ -546,7 +576,15 @@ func (s *server) getFile(w http.ResponseWriter, r *http.Request, c *call) error 
 	}
 	q := r.URL.Query()
 	p, id := q.Get("path"), r.PathValue("id")
-	if q.Get("list") == "1" || q.Get("list") == "true" {
+	list := false
+	switch q.Get("list") {
+	case "1", "true":
+		list = true
+	case "", "0", "false":
+	default:
+		return invalid("list", "list must be 1 (list the folder) or 0, not %q", q.Get("list"))
+	}
+	if list {
 		list, err := s.opts.Sandboxes.ListFiles(r.Context(), c.caller(), id, p)
 		if err != nil {
 			return directError(c, err)

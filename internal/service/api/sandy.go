@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"path"
@@ -22,11 +23,11 @@ import (
 // agent written for Sandy points SANDY_BASE_URL at sandstep and gains its
 // limits, cascade and cleanup unchanged:
 //
-//	POST /api/sandboxes                       200 {sandboxId, url, createdAt, timeoutAt, status}
+//	POST /api/sandboxes                       200 {sandboxId, url, createdAt, timeoutAt, status} (and id, sandbox_id, public_url)
 //	GET  /api/sandboxes/{id}                  200 the same, ttl_remaining; 404 {"detail"} once gone
-//	POST /api/sandboxes/{id}/exec             {command, cwd, env, timeoutMs} -> {stdout, stderr, exitCode}, when it ended
+//	POST /api/sandboxes/{id}/exec             {command, cwd, env, timeoutMs | timeout} -> {stdout, stderr, exitCode, exit_code}, when it ended
 //	POST /api/sandboxes/{id}/files/write      {path, content[, encoding: "base64"]} -> {success}
-//	GET  /api/sandboxes/{id}/files/read?path= {content} (UTF-8), or {content, encoding: "base64"}
+//	GET  /api/sandboxes/{id}/files/read?path= {content} (UTF-8), or {content, encoding: "base64"}; at most 32 MiB
 //	GET  /api/sandboxes/{id}/files/list?path= {files: [paths relative to path, recursive]}
 //	POST /api/sandboxes/{id}/terminate        {status: "terminated"}; 404 when already gone
 //
@@ -38,11 +39,23 @@ func (s *server) sandyRoutes(mux *http.ServeMux) {
 	s.handle(mux, "POST /api/sandboxes", s.sandy(s.sandyCreate), sandboxScope)
 	s.handle(mux, "GET /api/sandboxes/{id}", s.sandy(s.sandyStatus), sandboxScope)
 	s.handle(mux, "POST /api/sandboxes/{id}/exec", s.sandy(s.sandyExec), sandboxScope, s.runBodyLimit("command"))
-	s.handle(mux, "POST /api/sandboxes/{id}/files/write", s.sandy(s.sandyWrite), sandboxScope, fileBody)
+	s.handle(mux, "POST /api/sandboxes/{id}/files/write", s.sandy(s.sandyWrite), sandboxScope, sandyFileBody)
 	s.handle(mux, "GET /api/sandboxes/{id}/files/read", s.sandy(s.sandyRead), sandboxScope)
 	s.handle(mux, "GET /api/sandboxes/{id}/files/list", s.sandy(s.sandyList), sandboxScope)
 	s.handle(mux, "POST /api/sandboxes/{id}/terminate", s.sandy(s.sandyTerminate), sandboxScope)
 }
+
+// Bounds of the facade's file routes, whose contents travel inside JSON and
+// are held in memory whole: a larger file goes through the streamed
+// /v1/sandboxes/{id}/files route.
+const (
+	maxSandyFileBody = 10 << 20 // API Gateway's own limit of a request
+	maxSandyRead     = 32 << 20
+	// maxSandyDirs bounds the folders one files/list walks.
+	maxSandyDirs = 2000
+)
+
+func sandyFileBody(rt *route) { rt.maxBody, rt.bodyKey, rt.bodyField = maxSandyFileBody, "", "content" }
 
 // sandy answers a route's error in Sandy's shape.
 func (s *server) sandy(h handlerFunc) handlerFunc {
@@ -67,6 +80,10 @@ func sandyGone() *Error {
 	return &Error{Status: http.StatusNotFound, Message: "Sandbox not found"}
 }
 
+// sandyInfo is Sandy's answer about a sandbox, with the snake_case names
+// that clients written from Sandy's docs rather than its live answers read
+// (seed 004's SandyClient reads id or sandbox_id, and public_url): extra
+// fields, which Sandy's own clients ignore.
 type sandyInfo struct {
 	SandboxID    string    `json:"sandboxId"`
 	URL          string    `json:"url"`
@@ -74,6 +91,9 @@ type sandyInfo struct {
 	CreatedAt    time.Time `json:"createdAt"`
 	TimeoutAt    time.Time `json:"timeoutAt"`
 	TTLRemaining int64     `json:"ttl_remaining"`
+	ID           string    `json:"id"`
+	SnakeID      string    `json:"sandbox_id"`
+	PublicURL    string    `json:"public_url"`
 }
 
 func (s *server) sandyView(r *http.Request, d store.DirectSandbox) sandyInfo {
@@ -83,8 +103,11 @@ func (s *server) sandyView(r *http.Request, d store.DirectSandbox) sandyInfo {
 		url = v.PublicURLs[strconv.Itoa(p)]
 		break
 	}
-	return sandyInfo{SandboxID: d.ID, URL: url, Status: d.State, CreatedAt: d.CreatedAt, TimeoutAt: d.EndsAt, TTLRemaining: v.TTLRemaining}
+	return sandyInfo{SandboxID: d.ID, URL: url, Status: d.State, CreatedAt: d.CreatedAt, TimeoutAt: d.EndsAt, TTLRemaining: v.TTLRemaining,
+		ID: d.ID, SnakeID: d.ID, PublicURL: url}
 }
+
+var sandyPriorities = map[string]bool{"CRITICAL": true, "HIGH": true, "NORMAL": true, "LOW": true}
 
 func (s *server) sandyCreate(w http.ResponseWriter, r *http.Request, c *call) error {
 	var body struct {
@@ -98,9 +121,14 @@ func (s *server) sandyCreate(w http.ResponseWriter, r *http.Request, c *call) er
 		}
 	}
 	if len(body.Priority) > 0 && string(body.Priority) != "null" {
+		// Sandy takes an int (0 critical ... 3 low) and answers 422 to
+		// anything else; the names that clients written from Sandy's docs
+		// send (seed 004's "NORMAL") are taken too. Either way sandstep
+		// has no priorities: it is checked, not used.
 		var p int
-		if json.Unmarshal(body.Priority, &p) != nil {
-			return &Error{Status: http.StatusUnprocessableEntity, Message: "priority: Input should be a valid integer"}
+		var name string
+		if json.Unmarshal(body.Priority, &p) != nil && (json.Unmarshal(body.Priority, &name) != nil || !sandyPriorities[strings.ToUpper(name)]) {
+			return &Error{Status: http.StatusUnprocessableEntity, Message: "priority: Input should be a valid integer (or CRITICAL, HIGH, NORMAL, LOW)"}
 		}
 	}
 	var ttl time.Duration
@@ -155,6 +183,9 @@ func (s *server) sandyExec(w http.ResponseWriter, r *http.Request, c *call) erro
 		Cwd       string            `json:"cwd"`
 		Env       map[string]string `json:"env"`
 		TimeoutMs *float64          `json:"timeoutMs"`
+		// Timeout in seconds is what clients written from Sandy's docs
+		// send (Sandy itself ignores it); timeoutMs wins.
+		Timeout *float64 `json:"timeout"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
 		return &Error{Status: http.StatusUnprocessableEntity, Message: "the body is not a JSON object: " + err.Error()}
@@ -163,8 +194,11 @@ func (s *server) sandyExec(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	timeout := direct.DefaultExecTimeout
-	if body.TimeoutMs != nil && *body.TimeoutMs > 0 {
+	switch {
+	case body.TimeoutMs != nil && *body.TimeoutMs > 0:
 		timeout = max(time.Second, time.Duration(*body.TimeoutMs*float64(time.Millisecond)).Round(time.Second))
+	case body.Timeout != nil && *body.Timeout > 0:
+		timeout = max(time.Second, time.Duration(*body.Timeout*float64(time.Second)).Round(time.Second))
 	}
 	req := direct.ExecRequest{Command: body.Command, Cwd: sandyPath(body.Cwd), Env: body.Env, Timeout: min(timeout, direct.MaxExecTimeout)}
 	res, err := s.opts.Sandboxes.RunToEnd(r.Context(), c.caller(), r.PathValue("id"), req)
@@ -175,7 +209,8 @@ func (s *server) sandyExec(w http.ResponseWriter, r *http.Request, c *call) erro
 	if res.TimedOut {
 		stderr += "Command timed out\n"
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"stdout": string(res.Stdout), "stderr": stderr, "exitCode": res.ExitCode})
+	// exit_code beside Sandy's exitCode, for the clients that read it.
+	return writeJSON(w, http.StatusOK, map[string]any{"stdout": string(res.Stdout), "stderr": stderr, "exitCode": res.ExitCode, "exit_code": res.ExitCode})
 }
 
 func (s *server) sandyWrite(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -208,13 +243,33 @@ func (s *server) sandyRead(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	var b bytes.Buffer
-	if _, err := s.opts.Sandboxes.ReadFile(r.Context(), c.caller(), r.PathValue("id"), sandyPath(r.URL.Query().Get("path")), &b); err != nil {
+	p := sandyPath(r.URL.Query().Get("path"))
+	if _, err := s.opts.Sandboxes.ReadFile(r.Context(), c.caller(), r.PathValue("id"), p, &capped{w: &b, left: maxSandyRead}); err != nil {
+		if errors.Is(err, errTooLarge) {
+			return &Error{Status: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("%s is larger than %d bytes: read it with GET /v1/sandboxes/%s/files?path=", p, maxSandyRead, r.PathValue("id"))}
+		}
 		return sandyErr(err)
 	}
 	if utf8.Valid(b.Bytes()) {
 		return writeJSON(w, http.StatusOK, map[string]string{"content": b.String()})
 	}
 	return writeJSON(w, http.StatusOK, map[string]string{"content": base64.StdEncoding.EncodeToString(b.Bytes()), "encoding": "base64"})
+}
+
+var errTooLarge = errors.New("the file is too large for this route")
+
+// capped writes at most left bytes to w, then fails with errTooLarge.
+type capped struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, errTooLarge
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }
 
 // maxSandyList bounds a files/list answer.
@@ -229,8 +284,12 @@ func (s *server) sandyList(w http.ResponseWriter, r *http.Request, c *call) erro
 		root = "/workspace"
 	}
 	files := []string{}
+	dirs := 0
 	var walk func(dir, rel string) error
 	walk = func(dir, rel string) error {
+		if dirs++; dirs > maxSandyDirs {
+			return nil
+		}
 		list, err := s.opts.Sandboxes.ListFiles(r.Context(), c.caller(), r.PathValue("id"), dir)
 		if err != nil {
 			return err

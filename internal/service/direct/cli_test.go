@@ -2,6 +2,7 @@ package direct_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,12 @@ func TestCLISandbox(t *testing.T) {
 	}
 	if out, _, code = cli("", "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "running") {
 		t.Errorf("list: %d %q", code, out)
+	}
+	var listed struct {
+		Sandboxes []struct{ ID, Status string } `json:"sandboxes"`
+	}
+	if out, _, code = cli("", "list", "--json"); code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed.Sandboxes) != 1 || listed.Sandboxes[0].ID != id {
+		t.Errorf("list --json: %d %q", code, out)
 	}
 	if _, errOut, code = cli("", "terminate", id); code != 0 {
 		t.Errorf("terminate: %d %s", code, errOut)

@@ -33,6 +33,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/sandboxes"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
+	"github.com/sandstep/sandstep/providers/egress"
 )
 
 // Label a direct sandbox carries at the provider, with its id.
@@ -167,8 +168,9 @@ func ledgerName(id string) string { return "sbx-" + id }
 
 // Limits of a create request.
 const (
-	MaxPorts  = 8
-	MaxLabels = 32
+	MaxPorts      = 8
+	MaxLabels     = 32
+	MaxAllowHosts = 256
 )
 
 func (s *Service) check(req *CreateRequest) error {
@@ -206,6 +208,16 @@ func (s *Service) check(req *CreateRequest) error {
 	case providers.NetworkAllowlist:
 		if len(req.AllowHosts) == 0 {
 			return invalid("allow_hosts", "network \"allowlist\" needs allow_hosts")
+		}
+		if len(req.AllowHosts) > MaxAllowHosts {
+			return invalid("allow_hosts", "at most %d hosts, not %d", MaxAllowHosts, len(req.AllowHosts))
+		}
+		// The egress proxy's own parser: what it would refuse at create is
+		// the request's fault, said now with the field.
+		for i, h := range req.AllowHosts {
+			if _, err := egress.ParseHostRule(h); err != nil {
+				return invalid("allow_hosts", "allow_hosts[%d]: %v", i, err)
+			}
 		}
 	default:
 		return invalid("network", "network must be \"none\", \"all\" or \"allowlist\", not %q", req.Network)
@@ -270,14 +282,7 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 			return Sandbox{}, err
 		}
 		if held != rec.ID {
-			cur, err := s.o.Store.DirectGet(ctx, held)
-			if err != nil {
-				return Sandbox{}, err
-			}
-			if cur.ParentID != caller.Parent {
-				return Sandbox{}, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the name %q belongs to another sandbox", req.Name)}
-			}
-			return Sandbox{DirectSandbox: cur}, nil
+			return s.named(ctx, caller, req.Name, held)
 		}
 	}
 	token := TokenPrefix + rec.ID + "_" + randomID(24)
@@ -308,6 +313,11 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 			s.log.Warn("closing the record of a failed create", "sandbox", rec.ID, "err", cerr)
 		}
 		var ce *sandboxes.CreateError
+		var pe *providers.Error
+		if errors.As(err, &ce) && errors.As(err, &pe) && pe.Code == providers.InvalidArgument {
+			// Retrying the same request will not help: not a 503.
+			return Sandbox{}, &Error{Kind: KindInvalid, Message: "the provider refused the sandbox: " + pe.Error(), Err: err}
+		}
 		if errors.As(err, &ce) {
 			return Sandbox{}, &Error{Kind: KindUnavailable, Message: "the provider did not create the sandbox: " + ce.Error(), Err: err}
 		}
@@ -327,6 +337,38 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 	}
 	s.log.Info("direct sandbox created", "sandbox", rec.ID, "tenant", caller.Tenant, "parent", rec.ParentID, "sandbox_id", lease.Sandbox.ID)
 	return Sandbox{DirectSandbox: got, Created: true}, nil
+}
+
+// namedWait is how long a named create waits for another create of the
+// same name to finish.
+const namedWait = 30 * time.Second
+
+// named answers a named create whose name another create claimed first:
+// that sandbox, once it runs (or ended).
+func (s *Service) named(ctx context.Context, caller Caller, name, held string) (Sandbox, error) {
+	deadline := time.Now().Add(namedWait)
+	for {
+		cur, err := s.o.Store.DirectGet(ctx, held)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return Sandbox{}, err
+		}
+		if err == nil && (cur.Tenant != caller.Tenant || cur.ParentID != caller.Parent) {
+			return Sandbox{}, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the name %q belongs to another sandbox", name)}
+		}
+		// Not yet recorded (its create is between the claim and the
+		// record) or being created: wait for it.
+		if err == nil && cur.State != store.DirectCreating {
+			return Sandbox{DirectSandbox: cur}, nil
+		}
+		if !time.Now().Before(deadline) {
+			return Sandbox{}, &Error{Kind: KindConflict, Field: "name", Message: fmt.Sprintf("the sandbox named %q is still being created; ask again", name)}
+		}
+		select {
+		case <-ctx.Done():
+			return Sandbox{}, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // get reads a sandbox the caller may see: its tenant's, and with a sandbox

@@ -45,9 +45,16 @@ const (
 	// DefaultExecTimeout applies when the request names none.
 	DefaultExecTimeout = 10 * time.Minute
 	// timedOutStatus is what timeout(1) exits with when it ended the
-	// command.
+	// command, and what an exec the watchdog ended reports.
 	timedOutStatus = 124
+	// killGrace is how long a timed-out command has between SIGTERM and
+	// SIGKILL.
+	killGrace = 5
 )
+
+// EnvExecID marks every process of an exec, so that its timeout ends them
+// all.
+const EnvExecID = "SANDSTEP_EXEC_ID"
 
 // ExecRequest is POST /v1/sandboxes/{id}/exec.
 type ExecRequest struct {
@@ -172,25 +179,46 @@ func (s *Service) Exec(ctx context.Context, caller Caller, id string, req ExecRe
 		cmd = "exec " + strings.Join(q, " ")
 	}
 	max := s.o.Config.MaxOutputBytes
-	var run strings.Builder
-	// head writes a file through stdio's full buffering: without stdbuf
-	// (coreutils), output would reach the file only in 4 KiB blocks and at
-	// the end, and a reader by offset would see nothing of a slow command.
-	fmt.Fprintf(&run, "d=%s\ncap() { if command -v stdbuf > /dev/null; then stdbuf -o0 head -c %d > \"$1\"; else head -c %d > \"$1\"; fi; cat > /dev/null; }\n", shellQuote(dir), max, max)
-	for _, k := range slices.Sorted(mapsKeys(req.Env)) {
-		fmt.Fprintf(&run, "export %s=%s\n", k, shellQuote(req.Env[k]))
-	}
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = "/workspace"
 	}
 	secs := int64((req.Timeout + time.Second - 1) / time.Second)
+	var run strings.Builder
+	// head writes a file through stdio's full buffering: without stdbuf
+	// (coreutils), output would reach the file only in 4 KiB blocks and at
+	// the end, and a reader by offset would see nothing of a slow command.
+	fmt.Fprintf(&run, "d=%s\ncap() { if command -v stdbuf > /dev/null; then stdbuf -o0 head -c %d > \"$1\"; else head -c %d > \"$1\"; fi; cat > /dev/null; }\n", shellQuote(dir), max, max)
+	// sweep kills every process of the exec: each carries SANDSTEP_EXEC_ID
+	// in its environment (inherited, unlike a process group or session,
+	// which setsid and setpgid leave), so a timeout ends the whole tree,
+	// daemons it started included. Several rounds catch what forked
+	// meanwhile.
+	fmt.Fprintf(&run, `sweep() { for r in 1 2 3; do for p in /proc/[0-9]*; do if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF %s; then kill -9 "${p#/proc/}" 2>/dev/null; fi; done; done; }
+`, shellQuote(EnvExecID+"="+eid))
+	for _, k := range slices.Sorted(mapsKeys(req.Env)) {
+		fmt.Fprintf(&run, "export %s=%s\n", k, shellQuote(req.Env[k]))
+	}
+	// The watchdog: at the timeout (and timeout(1)'s grace to end the
+	// command's own group), whatever of the exec still runs, escaped
+	// processes and background ones holding its output open included, is
+	// killed and the exec ends as timed out. It stops early once the exec
+	// ended by itself; once it sweeps, it finishes. A command that
+	// timeout(1) ended is swept too, for what left its group without
+	// holding the output.
+	fmt.Fprintf(&run, `t0=$(date +%%s)
+( trap 'kill $s 2>/dev/null; exit 0' TERM; sleep %d & s=$!; wait $s; trap '' TERM; [ -f "$d/exit" ] || { : > "$d/timedout"; sweep; } ) > /dev/null 2>&1 &
+w=$!
+`, secs+killGrace)
 	// The inner group's stdout goes to fd 3 (the outer pipe, stdout's cap)
 	// and its stderr to the inner pipe (stderr's cap); the status is
-	// renamed to exit only once both caps have written everything.
-	fmt.Fprintf(&run, `{ { if cd %s 2>/dev/null || cd /; then timeout -k 5 %d sh "$d/cmd" < "$d/in"; echo $? > "$d/status"; fi; } 2>&1 1>&3 3>&- | cap "$d/err"; } 3>&1 | cap "$d/out"
+	// renamed to exit only once both caps have written everything, that
+	// is once every process holding the output ended.
+	fmt.Fprintf(&run, `{ { if cd %s 2>/dev/null || cd /; then %s=%s timeout -k %d %d sh "$d/cmd" < "$d/in"; echo $? > "$d/status"; fi; } 2>&1 1>&3 3>&- | cap "$d/err"; } 3>&1 | cap "$d/out"
+kill $w 2>/dev/null
+if [ -f "$d/timedout" ] || { [ $(( $(date +%%s) - t0 )) -ge %d ] && grep -qxE '124|137' "$d/status"; }; then sweep; echo %d > "$d/status"; fi
 mv "$d/status" "$d/exit"
-`, shellQuote(cwd), secs)
+`, shellQuote(cwd), EnvExecID, eid, killGrace, secs, secs, timedOutStatus)
 	ctx = context.WithoutCancel(ctx)
 	started := s.o.Now()
 	meta, _ := json.Marshal(execMeta{ID: eid, StartedAt: started, TimeoutMS: req.Timeout.Milliseconds(), Background: req.Background, MaxBytes: max})
@@ -211,7 +239,11 @@ mv "$d/status" "$d/exit"
 	if req.Background {
 		wait = 0
 	}
-	script := fmt.Sprintf(`d=%s
+	check := ""
+	if req.Cwd != "" {
+		check = "[ -d " + shellQuote(req.Cwd) + " ] || exit 91\n"
+	}
+	script := check + fmt.Sprintf(`d=%s
 mkdir -p "$d" && head -c %d > "$d/cmd" && head -c %d > "$d/in" && head -c %d > "$d/run.sh" && head -c %d > "$d/meta.json" || exit 90
 nohup sh "$d/run.sh" > /dev/null 2>&1 &
 `, sizes...) + fmt.Sprintf(`end=$(( $(date +%%s) + %d )); p=0.002
@@ -244,8 +276,11 @@ func (s *Service) runStatus(ctx context.Context, d store.DirectSandbox, eid stri
 	if err != nil {
 		return ExecResult{}, s.sandboxErr(d, err)
 	}
-	if r.ExitCode == 90 {
+	switch r.ExitCode {
+	case 90:
 		return ExecResult{}, fmt.Errorf("writing the exec's files in sandbox %s failed (is its /tmp full?)", d.ID)
+	case 91:
+		return ExecResult{}, invalid("cwd", "cwd is not a folder in the sandbox")
 	}
 	lines := strings.SplitN(out.String(), "\n", 5)
 	if len(lines) < 5 || lines[0] == "missing" {
@@ -364,6 +399,11 @@ func (s *Service) Output(ctx context.Context, caller Caller, id, eid, stream str
 		size := st.StdoutLen
 		if stream == StreamStderr {
 			size = st.StderrLen
+		}
+		// An offset past the end of an ended stream (or past what any
+		// stream keeps) never gets data: a client's mistake, not a wait.
+		if st.Done && offset > size || offset > s.o.Config.MaxOutputBytes {
+			return Chunk{}, invalid("offset", "offset %d is past the end of %s (%d bytes so far)", offset, stream, size)
 		}
 		c := Chunk{Data: b.Bytes(), Offset: offset, Next: offset + int64(b.Len())}
 		if st.Done && c.Next >= size {

@@ -166,9 +166,30 @@ func TestExecInlineAndErrors(t *testing.T) {
 	if err != nil || ex.Stdout == nil || *ex.Stdout != "b c|it's" {
 		t.Fatalf("argv exec: %+v %v", ex, err)
 	}
-	ex, err = acme.Exec(ctx, sb.ID, client.ExecRequest{Command: "sleep 30", TimeoutSeconds: 1})
-	if err != nil || !ex.TimedOut {
+	// A timeout ends the whole tree: what stayed in the command's process
+	// group, and what left it (setsid, setpgid) while holding its output
+	// open or not.
+	escape := `sleep 301 & setsid sleep 302 & python3 -c "import os,time; os.setpgid(0,0); time.sleep(303)" & setsid sh -c "sleep 304" > /dev/null 2>&1 & sleep 300`
+	ex, err = acme.Exec(ctx, sb.ID, client.ExecRequest{Command: escape, TimeoutSeconds: 1})
+	if err != nil || !ex.TimedOut || ex.ExitCode == nil || *ex.ExitCode != 124 {
 		t.Fatalf("timeout: %+v %v", ex, err)
+	}
+	if out := shell(t, acme, sb.ID, "ps -eo args | grep '^sleep 30[1-4]\\|time.sleep(303)' | grep -v grep || true"); out != "" {
+		t.Errorf("processes of a timed-out exec still run:\n%s", out)
+	}
+	// A command that ends but leaves a process holding its output ends at
+	// its timeout too, rather than never.
+	ex, err = acme.Exec(ctx, sb.ID, client.ExecRequest{Command: "sleep 305 & echo started", TimeoutSeconds: 1})
+	if err != nil || !ex.TimedOut || ex.Stdout == nil || *ex.Stdout != "started\n" {
+		t.Fatalf("an exec whose background process holds its output: %+v %v", ex, err)
+	}
+	// One that detaches properly is left alone.
+	ex, err = acme.Exec(ctx, sb.ID, client.ExecRequest{Command: "nohup sleep 306 > /dev/null 2>&1 & echo ok", TimeoutSeconds: 2})
+	if err != nil || ex.TimedOut || ex.ExitCode == nil || *ex.ExitCode != 0 {
+		t.Fatalf("a detached background process: %+v %v", ex, err)
+	}
+	if out := shell(t, acme, sb.ID, "sleep 3; ps -eo args | grep '^sleep 306' | grep -v grep"); out != "sleep 306\n" {
+		t.Errorf("a process detached from an exec that ended did not survive: %q", out)
 	}
 	for _, c := range []struct {
 		body  string
@@ -180,6 +201,8 @@ func TestExecInlineAndErrors(t *testing.T) {
 		{`{"command":"x","env":{"1A":"b"}}`, "env"},
 		{`{"command":"x","cwd":"rel"}`, "cwd"},
 		{`{"command":"x","bogus":1}`, "bogus"},
+		{`{"command":"x","cwd":"/no/such/folder"}`, "cwd"},
+		{`{"command":"x","timeout_seconds":"5"}`, "timeout_seconds"},
 	} {
 		r := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", tokenAcme, c.body)
 		if r.status != 400 || !strings.Contains(string(r.body), `"field":"`+c.field+`"`) {
@@ -211,6 +234,43 @@ func TestExecInlineAndErrors(t *testing.T) {
 	if r := e.do("GET", "/v1/sandboxes/"+sb.ID+"/files?path=/workspace/none", tokenAcme, nil); r.status != 404 {
 		t.Errorf("missing file: %d %s", r.status, r.body)
 	}
+	// Paths the sandbox cannot take are the request's fault, named.
+	for _, c := range []struct {
+		method, query string
+		status        int
+	}{
+		{"GET", "path=/workspace/../etc/passwd", 400},
+		{"GET", "path=workspace/x", 400},
+		{"GET", "path=/workspace", 400},                   // a folder, read as a file
+		{"PUT", "path=/workspace/d", 400},                 // a folder, written as a file
+		{"GET", "path=/workspace/d/blob.bin&list=1", 400}, // a file, listed
+		{"GET", "path=/workspace/d&list=yes", 400},
+		{"PUT", "path=/usr/x", 403}, // read-only
+	} {
+		r := e.do(c.method, "/v1/sandboxes/"+sb.ID+"/files?"+c.query, tokenAcme, "x")
+		field := `"field":"path"`
+		if strings.Contains(c.query, "list=yes") {
+			field = `"field":"list"`
+		}
+		if r.status != c.status || !strings.Contains(string(r.body), field) {
+			t.Errorf("%s files?%s: %d %s", c.method, c.query, r.status, r.body)
+		}
+	}
+	// An offset past the end of an ended exec's output is refused, in
+	// both forms.
+	ex, err = acme.Exec(ctx, sb.ID, client.ExecRequest{Command: "printf abcdef"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := "/v1/sandboxes/" + sb.ID + "/execs/" + ex.ExecID + "/output?offset="
+	if r := e.do("GET", out+"6", tokenAcme, nil); r.status != 200 || len(r.body) != 0 || r.header.Get("X-Sandstep-Exec-Done") != "true" {
+		t.Errorf("output at its end: %d %q %v", r.status, r.body, r.header)
+	}
+	for _, o := range []string{"7", "-1", "x"} {
+		if r := e.do("GET", out+o, tokenAcme, nil); r.status != 400 || !strings.Contains(string(r.body), `"field":"offset"`) {
+			t.Errorf("output at offset %s: %d %s", o, r.status, r.body)
+		}
+	}
 	got, err := acme.Get(ctx, sb.ID)
 	if err != nil || got.Status != "running" || got.TTLRemaining < 500 || got.Labels["team"] != "x" {
 		t.Fatalf("get: %+v %v", got, err)
@@ -239,6 +299,11 @@ func TestExecInlineAndErrors(t *testing.T) {
 		{`{"labels":{"sandstep.owner":"x"}}`, "labels"},
 		{`{"name":"../x"}`, "name"},
 		{`{"memory_mb":1}`, "memory_mb"},
+		{`{"network":"allowlist","allow_hosts":["not a host!"]}`, "allow_hosts"},
+		{`{"expose_ports":["80"]}`, "expose_ports"},
+		{`{"expose_ports":[0]}`, "expose_ports"},
+		{`{"ttl_seconds":-5}`, "ttl_seconds"},
+		{`{"labels":{"k":1}}`, "labels"},
 	} {
 		if r := e.do("POST", "/v1/sandboxes", tokenAcme, c.body); r.status != 400 || !strings.Contains(string(r.body), `"field":"`+c.field+`"`) {
 			t.Errorf("create %s: %d %s", c.body, r.status, r.body)
@@ -262,4 +327,14 @@ func TestExecInlineAndErrors(t *testing.T) {
 	if n := e.liveSandboxes(); n != 0 {
 		t.Errorf("%d sandboxes live after terminate", n)
 	}
+}
+
+// shell runs a shell command in a sandbox and returns its stdout.
+func shell(t *testing.T, c *client.Client, id, cmd string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if _, err := c.Run(ctxFor(t), id, client.ExecRequest{Command: cmd}, &out, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }

@@ -3,10 +3,12 @@ package direct
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,18 +16,40 @@ import (
 	"github.com/sandstep/sandstep/providers"
 )
 
-// checkPath validates a file path of a request.
-func checkPath(field, p string) error {
+// cleanPath validates a file path of a request and returns it clean: an
+// absolute path without "..", whose repeated slashes, "." and trailing
+// slash are dropped (the providers take only clean paths).
+func cleanPath(field, p string) (string, error) {
 	if p == "" || !strings.HasPrefix(p, "/") || strings.ContainsRune(p, 0) || len(p) > 4096 {
-		return invalid(field, "%s must be an absolute path, not %q", field, p)
+		return "", invalid(field, "%s must be an absolute path, not %q", field, p)
 	}
-	return nil
+	if slices.Contains(strings.Split(p, "/"), "..") {
+		return "", invalid(field, "%s must not contain \"..\", not %q", field, p)
+	}
+	return path.Clean(p), nil
+}
+
+// fileErr is sandboxErr for a request about a path: what the provider
+// says is wrong with the path (a folder where a file is wanted, a
+// read-only or forbidden place) is the request's fault, named by field.
+func (s *Service) fileErr(d store.DirectSandbox, err error, field, p string) error {
+	var pe *providers.Error
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case providers.InvalidArgument, providers.FailedPrecondition:
+			return &Error{Kind: KindInvalid, Field: field, Message: fmt.Sprintf("%s %q: %s", field, p, pathMessage(err)), Err: err}
+		case providers.PermissionDenied:
+			return &Error{Kind: KindForbidden, Field: field, Message: fmt.Sprintf("%s %q: %s", field, p, pathMessage(err)), Err: err}
+		}
+	}
+	return s.sandboxErr(d, err)
 }
 
 // WriteFile streams r into path in the sandbox (binary-safe, any size the
 // sandbox's disk takes).
 func (s *Service) WriteFile(ctx context.Context, caller Caller, id, p string, mode uint32, r io.Reader) error {
-	if err := checkPath("path", p); err != nil {
+	p, err := cleanPath("path", p)
+	if err != nil {
 		return err
 	}
 	d, err := s.live(ctx, caller, id)
@@ -34,7 +58,7 @@ func (s *Service) WriteFile(ctx context.Context, caller Caller, id, p string, mo
 	}
 	s.touch(ctx, d, time.Time{})
 	if err := s.o.Provider.WriteFile(ctx, d.ProviderID, providers.WriteFileRequest{Path: p, Mode: mode, Content: r}); err != nil {
-		return s.sandboxErr(d, err)
+		return s.fileErr(d, err, "path", p)
 	}
 	return nil
 }
@@ -42,7 +66,8 @@ func (s *Service) WriteFile(ctx context.Context, caller Caller, id, p string, mo
 // ReadFile streams path from the sandbox into w; start, when set, is
 // called once before the first byte (with nothing sent yet on an error).
 func (s *Service) ReadFile(ctx context.Context, caller Caller, id, p string, w io.Writer) (int64, error) {
-	if err := checkPath("path", p); err != nil {
+	p, err := cleanPath("path", p)
+	if err != nil {
 		return 0, err
 	}
 	d, err := s.live(ctx, caller, id)
@@ -56,14 +81,15 @@ func (s *Service) ReadFile(ctx context.Context, caller Caller, id, p string, w i
 func (s *Service) readFile(ctx context.Context, d store.DirectSandbox, p string, w io.Writer) (int64, error) {
 	n, err := s.o.Provider.ReadFile(ctx, d.ProviderID, providers.ReadFileRequest{Path: p}, w)
 	if err != nil {
-		return n, s.sandboxErr(d, err)
+		return n, s.fileErr(d, err, "path", p)
 	}
 	return n, nil
 }
 
 // ListFiles lists a folder of the sandbox.
 func (s *Service) ListFiles(ctx context.Context, caller Caller, id, p string) ([]providers.FileInfo, error) {
-	if err := checkPath("path", p); err != nil {
+	p, err := cleanPath("path", p)
+	if err != nil {
 		return nil, err
 	}
 	d, err := s.live(ctx, caller, id)
@@ -73,7 +99,7 @@ func (s *Service) ListFiles(ctx context.Context, caller Caller, id, p string) ([
 	s.touch(ctx, d, time.Time{})
 	list, err := s.o.Provider.ListFiles(ctx, d.ProviderID, p)
 	if err != nil {
-		return nil, s.sandboxErr(d, err)
+		return nil, s.fileErr(d, err, "path", p)
 	}
 	return list, nil
 }

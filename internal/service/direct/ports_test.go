@@ -2,9 +2,11 @@ package direct_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -105,5 +107,22 @@ func TestPortProxiesWebSocket(t *testing.T) {
 	}
 	if got[0] != 0x81 || int(got[1]) != len(msg) || string(got[2:]) != string(msg) {
 		t.Errorf("echo frame %q", got)
+	}
+	// Terminating the sandbox revokes its URL: the open WebSocket ends,
+	// and the link no longer leads anywhere.
+	if err := acme.TerminateSandbox(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the WebSocket is still open after the sandbox ended: %d %v", n, err)
+	}
+	res, err = http.Get(public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound {
+		t.Errorf("the public URL after terminate: %d", res.StatusCode)
 	}
 }

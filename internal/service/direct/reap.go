@@ -9,6 +9,10 @@ import (
 	"github.com/sandstep/sandstep/internal/service/store"
 )
 
+// staleCreate is how long a record may stay "creating": longer than any
+// create runs (the API's request, a Lambda's 15 minutes at most).
+const staleCreate = 16 * time.Minute
+
 // ReapCounts is what one Reap did.
 type ReapCounts struct {
 	Expiring int `json:"sandboxes_expiring"`
@@ -36,7 +40,18 @@ func (s *Service) Reap(ctx context.Context, now time.Time) (ReapCounts, error) {
 	cfg := s.o.Config
 	var errs []error
 	for _, d := range live {
-		if d.State == store.DirectCreating && now.Sub(d.CreatedAt) < 10*time.Minute {
+		if d.State == store.DirectCreating {
+			if now.Sub(d.CreatedAt) < staleCreate {
+				continue
+			}
+			// Its create was cut off (the server stopped mid-create): no
+			// client got it. The release finds the sandbox by its ledger
+			// name, if the provider made it, and closes the record.
+			if _, err := s.terminate(ctx, d, "its create did not finish"); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.Closed++
 			continue
 		}
 		if gone, err := s.ledgerClosed(ctx, d); err != nil || gone {
