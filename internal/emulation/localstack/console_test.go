@@ -20,8 +20,9 @@ import (
 )
 
 // consoleArtifacts is where the browser test leaves its screenshots:
-// $SANDSTEP_TEST_ARTIFACTS/console when set (CI collects that folder),
-// else .sandstep/test-artifacts/console in the repository (ignored by git).
+// $SANDSTEP_TEST_ARTIFACTS/console when set (a runner that keeps artifacts
+// points it at its folder; .ci/run does not set it), else
+// .sandstep/test-artifacts/console in the repository (ignored by git).
 func consoleArtifacts(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("SANDSTEP_TEST_ARTIFACTS")
@@ -264,6 +265,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		if eval[string](b, `getComputedStyle(document.activeElement).outlineStyle`) == "none" {
 			t.Errorf("the focused %s shows no focus ring", eval[string](b, `document.activeElement.outerHTML.slice(0, 80)`))
 		}
+	}
+	if id := eval[string](b, `document.activeElement ? document.activeElement.id : ''`); id != "token" {
+		t.Errorf("five Tabs from the top did not reach the token field (the focus is on %q)", id)
 	}
 	b.do("sign in",
 		chromedp.SendKeys(chromedp.CSS("#token"), token+"\r"),
