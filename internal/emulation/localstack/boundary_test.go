@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/crawler/spec"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/fixturesite"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testdns"
@@ -38,11 +39,12 @@ type controlPlane struct {
 func newControlPlane(t *testing.T, s *stack) *controlPlane {
 	t.Helper()
 	cp := &controlPlane{}
+	validated := apitest.Validate(t, s.Handler)
 	cp.api = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cp.mu.Lock()
 		cp.apiHits = append(cp.apiHits, r.URL.Path)
 		cp.mu.Unlock()
-		s.Handler.ServeHTTP(w, r)
+		validated.ServeHTTP(w, r)
 	}))
 	t.Cleanup(cp.api.Close)
 	inst, err := testddb.Shared()

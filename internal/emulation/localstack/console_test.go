@@ -20,8 +20,9 @@ import (
 )
 
 // consoleArtifacts is where the browser test leaves its screenshots:
-// $SANDSTEP_TEST_ARTIFACTS/console when set (CI collects that folder),
-// else .sandstep/test-artifacts/console in the repository (ignored by git).
+// $SANDSTEP_TEST_ARTIFACTS/console when set (a runner that keeps artifacts
+// points it at its folder; .ci/run does not set it), else
+// .sandstep/test-artifacts/console in the repository (ignored by git).
 func consoleArtifacts(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("SANDSTEP_TEST_ARTIFACTS")
@@ -129,6 +130,46 @@ func (b *browser) shot(name string) {
 	b.t.Logf("screenshot: %s", p)
 }
 
+// a11yCheck finds, in what is on screen: text whose contrast with its
+// background is below WCAG AA (4.5:1, 3:1 for large text; disabled
+// controls are exempt, as WCAG has them), and controls a keyboard cannot
+// reach or that have no name for a screen reader.
+const a11yCheck = `(() => {
+  const rgba = s => { const m = /rgba?\(([^)]+)\)/.exec(s); if (!m) return null; const p = m[1].split(',').map(parseFloat); return {c: p.slice(0, 3), a: p.length > 3 ? p[3] : 1}; };
+  const lum = c => { const [r, g, b] = c.map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); }); return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+  const bgOf = el => { for (let e = el; e; e = e.parentElement) { const c = rgba(getComputedStyle(e).backgroundColor); if (c && c.a > 0) return c.c; } return [255, 255, 255]; };
+  const shown = el => { const r = el.getBoundingClientRect(); const st = getComputedStyle(el); return r.width > 1 && r.height > 1 && st.visibility !== 'hidden' && !el.closest('[hidden], .sr-only'); };
+  const name = el => el.id ? el.tagName.toLowerCase() + '#' + el.id : el.tagName.toLowerCase() + '.' + el.className;
+  const bad = [];
+  const seen = new Set();
+  const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n; (n = w.nextNode());) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || seen.has(el) || !shown(el) || el.closest(':disabled')) continue;
+    seen.add(el);
+    const st = getComputedStyle(el);
+    const a = lum(rgba(st.color).c), b = lum(bgOf(el));
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const size = parseFloat(st.fontSize), large = size >= 24 || (parseInt(st.fontWeight) >= 700 && size >= 18.66);
+    if (ratio < (large ? 3 : 4.5)) bad.push('contrast ' + ratio.toFixed(2) + ': ' + name(el) + ' "' + n.textContent.trim().slice(0, 40) + '"');
+  }
+  for (const el of document.querySelectorAll('a[href], button, input, select, textarea, summary')) {
+    if (!shown(el) || el.disabled) continue;
+    if (el.tabIndex < 0) bad.push('not reachable by Tab: ' + name(el));
+    const label = (el.labels && [...el.labels].map(l => l.textContent).join(' ')) || el.getAttribute('aria-label') || el.textContent;
+    if (!label || !label.trim()) bad.push('no accessible name: ' + name(el));
+  }
+  return bad;
+})()`
+
+// accessible checks the page as it is now with a11yCheck.
+func (b *browser) accessible(where string) {
+	b.t.Helper()
+	for _, p := range eval[[]string](b, a11yCheck) {
+		b.t.Errorf("%s: %s", where, p)
+	}
+}
+
 // gate holds the first call of a phase until it is opened (or 2 minutes
 // pass, so that a failed test does not hang).
 type gate struct {
@@ -212,13 +253,26 @@ func TestConsoleInABrowser(t *testing.T) {
 		return false
 	}
 
-	// Sign in: the token goes to sessionStorage, nowhere else.
-	b.do("sign in",
+	// Sign in, with the keyboard only: Tab from the top of the page past
+	// the skip link to the token, type it, Enter. The token goes to
+	// sessionStorage, nowhere else.
+	b.do("open the console",
 		chromedp.Navigate(s.srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.accessible("the sign-in page")
+	for i := 0; i < 5 && eval[string](b, `document.activeElement ? document.activeElement.id : ''`) != "token"; i++ {
+		b.do("press Tab", chromedp.KeyEvent("\t"))
+		if eval[string](b, `getComputedStyle(document.activeElement).outlineStyle`) == "none" {
+			t.Errorf("the focused %s shows no focus ring", eval[string](b, `document.activeElement.outerHTML.slice(0, 80)`))
+		}
+	}
+	if id := eval[string](b, `document.activeElement ? document.activeElement.id : ''`); id != "token" {
+		t.Errorf("five Tabs from the top did not reach the token field (the focus is on %q)", id)
+	}
+	b.do("sign in",
+		chromedp.SendKeys(chromedp.CSS("#token"), token+"\r"),
 		chromedp.WaitVisible(chromedp.CSS("#submit-form")))
+	b.accessible("the jobs page")
 	if got := eval[string](b, `sessionStorage.getItem('sandstep.token')`); got != token {
 		t.Fatalf("sessionStorage token = %q", got)
 	}
@@ -276,6 +330,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	// The report: rendered Markdown whose citations jump to the source list.
 	b.until("the report", `document.querySelectorAll('#report-body a.cite').length > 0 && document.querySelectorAll('#source-list li').length > 0`, time.Minute)
 	b.shot("job-1-complete")
+	b.accessible("the job page with its report")
 	rep := s.reportJSON(t, "console-1")
 	n := eval[int](b, `Number(document.querySelector('#report-body a.cite').dataset.n)`)
 	var srcURL string
@@ -321,6 +376,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the job page scrolls sideways at 390 px: %v px wide", eval[float64](b, `document.documentElement.scrollWidth`))
 	}
 	b.shot("job-1-phone")
+	b.accessible("the job page at a phone's width")
 	b.do("desktop width", chromedp.EmulateViewport(1280, 1000))
 
 	// A second job, cancelled while it crawls.
@@ -337,6 +393,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.do("cancel", chromedp.Click(chromedp.CSS("#cancel")))
 	b.until("the second job cancelled", `document.querySelector('#job-status .badge').textContent === 'cancelled'`, 2*time.Minute)
 	b.shot("job-2-cancelled")
+	b.accessible("a cancelled job's page")
 	if job := s.wait(t, "console-2"); job["status"] != "cancelled" {
 		t.Errorf("the API says %v", job["status"])
 	}
@@ -375,6 +432,7 @@ func TestConsoleSessionsInABrowser(t *testing.T) {
 	b.until("its output", `document.querySelector('#output').textContent.includes('status: succeeded') && document.querySelector('#output').textContent.includes('42')`, 2*time.Minute)
 	b.until("the session's expiry", `[...document.querySelectorAll('#session-info dt')].some(dt => dt.textContent === 'Expires' && dt.nextElementSibling.textContent !== '—')`, 30*time.Second)
 	b.shot("session-python")
+	b.accessible("the sessions page")
 	// The list names the session, legibly: dark on light.
 	b.until("the session listed", `[...document.querySelectorAll('#session-list button')].some(x => x.textContent === 'console-s1')`, 30*time.Second)
 	if c := eval[string](b, `getComputedStyle(document.querySelector('#session-list button')).color`); c == "rgb(255, 255, 255)" {
@@ -387,6 +445,13 @@ func TestConsoleSessionsInABrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#run-form button[type=submit]")))
 	b.until("the long run's output", `document.querySelector('#output').textContent.includes('--- stdout\ndone') && document.querySelector('#output').textContent.includes('--- stderr\nlate')`, 2*time.Minute)
 	b.shot("session-shell")
+	b.do("phone width", chromedp.EmulateViewport(390, 844))
+	if eval[bool](b, `document.documentElement.scrollWidth > window.innerWidth + 1`) {
+		t.Errorf("the sessions page scrolls sideways at 390 px: %v px wide", eval[float64](b, `document.documentElement.scrollWidth`))
+	}
+	b.accessible("the sessions page at a phone's width")
+	b.shot("session-phone")
+	b.do("desktop width", chromedp.EmulateViewport(1280, 1000))
 	b.do("delete", chromedp.Click(chromedp.CSS("#run-form button.danger")))
 	b.until("the session deleted", `[...document.querySelectorAll('#session-info dd')].some(dd => dd.textContent === 'deleted' || dd.textContent === 'deleting')`, time.Minute)
 	_, ss := s.do(t, "GET", "/v1/sessions?limit=10", nil)

@@ -1,6 +1,7 @@
 package samtemplate_test
 
 import (
+	"fmt"
 	"go/parser"
 	"go/token"
 	"os"
@@ -167,6 +168,28 @@ func TestRepoTemplateShape(t *testing.T) {
 
 	if typ := mapAt(t, tpl.Doc, "Resources", "DeepResearchStateMachine", "Properties")["Type"]; typ != "STANDARD" {
 		t.Errorf("state machine Type = %v, want STANDARD", typ)
+	}
+
+	// Agent runs: a Standard workflow of their own, every Task the
+	// AgentFunction, started by the API, its failed, timed-out and
+	// aborted executions cleaned up by the AgentFunction.
+	agentSM := mapAt(t, tpl.Doc, "Resources", "AgentRunStateMachine", "Properties")
+	if agentSM["Type"] != "STANDARD" || agentSM["DefinitionUri"] != "statemachine/agent-run.asl.json" {
+		t.Errorf("AgentRunStateMachine = %v, want a STANDARD machine of statemachine/agent-run.asl.json", agentSM)
+	}
+	if arn, _ := mapAt(t, agentSM, "DefinitionSubstitutions")["AgentFunctionArn"].(map[string]any); fmt.Sprint(arn["Fn::GetAtt"]) != "[AgentFunction Arn]" {
+		t.Errorf("AgentRunStateMachine AgentFunctionArn = %v, want !GetAtt AgentFunction.Arn", arn)
+	}
+	if ref, _ := apiEnv["SANDSTEP_AGENT_STATE_MACHINE_ARN"].(map[string]any); ref["Ref"] != "AgentRunStateMachine" {
+		t.Errorf("ApiFunction SANDSTEP_AGENT_STATE_MACHINE_ARN = %v, want !Ref AgentRunStateMachine", apiEnv["SANDSTEP_AGENT_STATE_MACHINE_ARN"])
+	}
+	agentRule := mapAt(t, tpl.Doc, "Resources", "AgentFunction", "Properties", "Events", "ExecutionEnded")
+	agentDetail := mapAt(t, agentRule, "Properties", "Pattern", "detail")
+	if !slices.Equal(agentDetail["status"].([]any), []any{"ABORTED", "TIMED_OUT", "FAILED"}) {
+		t.Errorf("agent cleanup rule statuses = %v", agentDetail["status"])
+	}
+	if arns := agentDetail["stateMachineArn"].([]any); len(arns) != 1 || arns[0].(map[string]any)["Ref"] != "AgentRunStateMachine" {
+		t.Errorf("agent cleanup rule state machines = %v, want only AgentRunStateMachine", arns)
 	}
 	outputs := mapAt(t, tpl.Doc, "Outputs")
 	for _, k := range []string{"ApiUrl", "StateMachineArn", "JobsTableName", "SessionsTableName", "SandboxesTableName", "DocsTableName"} {

@@ -35,6 +35,11 @@ const (
 // if nothing else does.
 const sandboxGrace = 10 * time.Minute
 
+// setupLimit bounds the agent's setup: provision waits for it, and one
+// phase must end within a Lambda's 15 minutes (the Task's TimeoutSeconds
+// in agent-run.asl.json), with time left to start the agent.
+const setupLimit = 10 * time.Minute
+
 // timeout is the run's time limit.
 func (c *call) timeout() time.Duration { return time.Duration(c.req.TimeoutSeconds) * time.Second }
 
@@ -101,9 +106,13 @@ func (c *call) provision(ctx context.Context) (Output, error) {
 		env[k] = v
 	}
 	if ag.Setup != "" {
-		res, err := c.r.o.Direct.RunToEnd(ctx, c.caller, id, direct.ExecRequest{Command: ag.Setup, Env: env, Timeout: c.timeout()})
+		limit := min(c.timeout(), setupLimit)
+		res, err := c.r.o.Direct.RunToEnd(ctx, c.caller, id, direct.ExecRequest{Command: ag.Setup, Env: env, Timeout: limit})
 		if err != nil {
 			return Output{}, fmt.Errorf("setup: %w", err)
+		}
+		if res.TimedOut {
+			return Output{}, &AgentFailed{Message: fmt.Sprintf("the agent's setup did not finish within %s: %s", limit, tail(res.Stderr, 2000))}
 		}
 		if res.ExitCode != 0 {
 			return Output{}, &AgentFailed{Message: fmt.Sprintf("the agent's setup exited with status %d: %s", res.ExitCode, tail(res.Stderr, 2000))}

@@ -23,7 +23,7 @@ import (
 func (s *server) agentRoutes(mux *http.ServeMux) {
 	s.handle(mux, "POST /v1/agent-runs", s.submitAgentRun)
 	s.handle(mux, "GET /v1/agent-runs/{id}", s.agentRun, jobRoute)
-	s.handle(mux, "GET /v1/agent-runs/{id}/events", s.events, jobRoute)
+	s.handle(mux, "GET /v1/agent-runs/{id}/events", s.agentEvents, jobRoute)
 	s.handle(mux, "POST /v1/agent-runs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/agent-runs/{id}/result", s.agentResult, jobRoute)
 	s.handle(mux, "GET /v1/agent-runs/{id}/artifacts/{path...}", s.agentArtifact, jobRoute)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,7 +101,7 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	if stream {
-		return s.stream(w, r, job, after)
+		return s.stream(w, r, job, after, progressFrames{})
 	}
 	evs, err := s.opts.Store.ListEvents(r.Context(), job.ID, after, limit)
 	if err != nil {
@@ -117,11 +118,50 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, c *call) error {
 // reconnectDelay is the retry hint sent to EventSource clients, in ms.
 const reconnectDelay = 2000
 
-// stream sends the job's events after seq as Server-Sent Events, polling
-// the store, until the job has ended and everything is sent (then an "end"
-// event), the client goes away or stops reading, or stream_max_duration is
-// reached (the client then reconnects with Last-Event-ID).
-func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, after int64) error {
+// frames is how a stream writes events: sandstep's own "progress" and
+// "end" events, or OpenAI's chat-completion chunks (openai.go).
+type frames interface {
+	// begin is written once, first on every connection.
+	begin(buf *bytes.Buffer) error
+	// event is written for every event, its seq the frame's id.
+	event(buf *bytes.Buffer, ev store.Event) error
+	// end is written once the job has ended and every event is sent.
+	end(ctx context.Context, buf *bytes.Buffer, job store.Job) error
+}
+
+// progressFrames are the events routes' own: "progress" events carrying
+// the event view, then one "end" event with the job's status.
+type progressFrames struct{}
+
+func (progressFrames) begin(buf *bytes.Buffer) error {
+	fmt.Fprintf(buf, "retry: %d\n\n", reconnectDelay)
+	return nil
+}
+
+func (progressFrames) event(buf *bytes.Buffer, ev store.Event) error {
+	data, err := json.Marshal(jobEventView(ev))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(buf, "id: %d\nevent: progress\ndata: %s\n\n", ev.Seq, data)
+	return nil
+}
+
+func (progressFrames) end(_ context.Context, buf *bytes.Buffer, job store.Job) error {
+	data, err := json.Marshal(cancelView{JobID: job.ClientID, Status: viewStatus(job)})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(buf, "event: end\ndata: %s\n\n", data)
+	return nil
+}
+
+// stream sends the job's events after seq as Server-Sent Events in the
+// given frames, polling the store, until the job has ended and everything
+// is sent (then the frames' end), the client goes away or stops reading,
+// or stream_max_duration is reached (the client then reconnects with
+// Last-Event-ID).
+func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, after int64, f frames) error {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
 	// A stream is exempt from the server's timeouts, by design: its read
@@ -141,7 +181,9 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 	w.WriteHeader(http.StatusOK)
 
 	var buf bytes.Buffer
-	fmt.Fprintf(&buf, "retry: %d\n\n", reconnectDelay)
+	if err := f.begin(&buf); err != nil {
+		return err
+	}
 	send := func() error {
 		if err := rc.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
 			return err
@@ -177,20 +219,22 @@ func (s *server) stream(w http.ResponseWriter, r *http.Request, job store.Job, a
 				break
 			}
 			for _, ev := range evs {
-				data, err := json.Marshal(jobEventView(ev))
-				if err != nil {
+				if err := f.event(&buf, ev); err != nil {
 					return err
 				}
-				fmt.Fprintf(&buf, "id: %d\nevent: progress\ndata: %s\n\n", ev.Seq, data)
 				cursor = ev.Seq
 			}
 			if err := send(); err != nil {
 				return nil // the client went away
 			}
 		}
-		if st := viewStatus(job); st.Terminal() {
-			data, _ := json.Marshal(cancelView{JobID: job.ClientID, Status: st})
-			fmt.Fprintf(&buf, "event: end\ndata: %s\n\n", data)
+		if viewStatus(job).Terminal() {
+			if err := f.end(ctx, &buf, job); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
 			_ = send()
 			return nil
 		}

@@ -153,6 +153,18 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 			"id: 1\nevent: progress\ndata: {\"time\":\"2026-01-01T00:00:00.000Z\"}\n\n", "seq"},
 		{"a stream ending with an unknown status", "GET", "/v1/jobs/j/events", "text/event-stream", 200,
 			"event: end\ndata: {\"job_id\":\"j\",\"status\":\"done\"}\n\n", "status"},
+		{"a stream whose data is not JSON", "GET", "/v1/jobs/j/events", "text/event-stream", 200,
+			"id: 1\nevent: progress\ndata: [DONE]\n\n", "JobEventStream"},
+		{"a valid OpenAI chunk stream", "GET", "/v1/agent-runs/j/events?format=openai-chunks", "text/event-stream", 200,
+			"retry: 2000\n\n" + chunkFrame(`{"role":"assistant","content":""}`, "null", "") +
+				"id: 1\n" + chunkFrame(`{"reasoning_content":"2026-01-01T00:00:00.000Z sandbox.created: made\n"}`, "null", `,"sandstep_event":{"seq":1,"time":"2026-01-01T00:00:00.000Z","type":"sandbox.created"}`) +
+				chunkFrame(`{"content":"the answer"}`, "null", "") + chunkFrame(`{}`, `"stop"`, "") + "data: [DONE]\n\n", ""},
+		{"a chunk that is not a chat.completion.chunk", "GET", "/v1/agent-runs/j/events?format=openai-chunks", "text/event-stream", 200,
+			strings.Replace(chunkFrame(`{"content":"x"}`, "null", ""), "chat.completion.chunk", "chat.completion", 1), "chat.completion.chunk"},
+		{"a chunk with a finish reason OpenAI has not", "GET", "/v1/agent-runs/j/events?format=openai-chunks", "text/event-stream", 200,
+			chunkFrame(`{}`, `"done"`, ""), "finish_reason"},
+		{"a stream ending with other text than [DONE]", "GET", "/v1/agent-runs/j/events?format=openai-chunks", "text/event-stream", 200,
+			chunkFrame(`{}`, `"stop"`, "") + "data: [END]\n\n", "[DONE]"},
 		{"an unknown route answered 200", "GET", "/v1/nothing", "application/json", 200, `{}`, "matches no operation"},
 		{"a page of jobs with a numeric cursor", "GET", "/v1/jobs", "application/json", 200, `{"jobs":[],"next_cursor":5}`, "next_cursor"},
 	} {
@@ -175,6 +187,13 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// chunkFrame is a Server-Sent Events frame of a chat.completion.chunk with
+// the given delta, finish_reason and further members.
+func chunkFrame(delta, finish, more string) string {
+	return `data: {"id":"chatcmpl-j","object":"chat.completion.chunk","created":1767225600,"model":"claude","choices":[{"index":0,"delta":` +
+		delta + `,"logprobs":null,"finish_reason":` + finish + `}]` + more + "}\n\n"
 }
 
 func ExampleOpenAPI() {

@@ -20,6 +20,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/api"
 	"github.com/sandstep/sandstep/internal/service/quota"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 )
 
@@ -50,6 +51,14 @@ func runAPIChild() int {
 	}
 	h := api.New(api.Options{Store: st, Executor: &recordingExecutor{}, Auth: auth, Quotas: quota.New(st, &cfg.Quotas),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	// Every answer is checked against openapi.json here too; the parent
+	// test fails on each mismatch the child reports.
+	v, err := apitest.Spec()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	h = v.Middleware(h, func(err error) { fmt.Printf("OPENAPI %s\n", strings.ReplaceAll(err.Error(), "\n", " ")) })
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -81,26 +90,34 @@ func startAPIProcess(t *testing.T, db *testddb.TestEnv, cfg string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		stdin.Close()
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
 	line := make(chan string, 1)
+	scanned := make(chan []string, 1)
 	go func() {
+		var mismatches []string
 		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 		for sc.Scan() {
 			if addr, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
 				line <- addr
 			}
+			if m, ok := strings.CutPrefix(sc.Text(), "OPENAPI "); ok {
+				mismatches = append(mismatches, m)
+			}
 		}
+		scanned <- mismatches
 	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case mismatches := <-scanned:
+			for _, m := range mismatches {
+				t.Errorf("OpenAPI (API process): %s", m)
+			}
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		_ = cmd.Wait()
+	})
 	select {
 	case addr := <-line:
 		return "http://" + addr

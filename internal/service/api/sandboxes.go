@@ -162,8 +162,10 @@ func wholeSeconds(field string, v *float64) (time.Duration, error) {
 
 // apiURL is sandstep's URL as a sandbox reaches it.
 func (s *server) apiURL(r *http.Request) string {
-	if u := s.opts.Sandboxes.Config().APIURL; u != "" {
-		return strings.TrimRight(u, "/")
+	if s.opts.Sandboxes != nil {
+		if u := s.opts.Sandboxes.Config().APIURL; u != "" {
+			return strings.TrimRight(u, "/")
+		}
 	}
 	return requestBase(r)
 }

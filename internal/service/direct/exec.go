@@ -442,6 +442,11 @@ func (s *Service) sandboxErr(d store.DirectSandbox, err error) error {
 	if errors.As(err, &pe) && pe.Code == providers.InvalidArgument {
 		return &Error{Kind: KindInvalid, Message: pe.Error(), Err: err}
 	}
+	if errors.As(err, &pe) && pe.Code == providers.FailedPrecondition {
+		// A path that is a folder where a file was meant, or the reverse:
+		// the caller's mistake, not the service's (it was a 500).
+		return &Error{Kind: KindInvalid, Message: pathMessage(err), Err: err}
+	}
 	return err
 }
 

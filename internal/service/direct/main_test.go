@@ -24,6 +24,7 @@ import (
 	"github.com/sandstep/sandstep/config"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testdns"
@@ -173,7 +174,8 @@ api_url = %q
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s.Handler}
+	// Every answer a test gets is checked against openapi.json.
+	srv := &http.Server{Handler: apitest.Validate(t, s.Handler)}
 	go srv.Serve(ln)
 	e := &env{t: t, stack: s, url: "http://127.0.0.1:" + strconv.Itoa(port), inner: inner, st: st, clock: clock, logs: logs, srv: srv}
 	t.Cleanup(e.close)

@@ -285,7 +285,8 @@ func init() {
 }
 
 // decodeEventStream reads Server-Sent Events as the description's array of
-// frames: {"event", "id", "data"} with data parsed as JSON. Frames without
+// frames: {"event", "id", "data"} with data parsed as JSON (or the text
+// itself when it is not JSON). Frames without
 // data (retry:, comments) are not events; a frame cut short by the end of
 // the stream (the client left) is not one either.
 func decodeEventStream(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
@@ -322,9 +323,11 @@ func decodeEventStream(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ o
 		if len(data) == 0 {
 			continue
 		}
-		var v any
-		if err := json.Unmarshal([]byte(strings.Join(data, "\n")), &v); err != nil {
-			return nil, fmt.Errorf("event stream: data is not JSON: %w", err)
+		// Data that is not JSON stays a string for the schema to judge:
+		// OpenAI's streams end with "data: [DONE]".
+		var v any = strings.Join(data, "\n")
+		if s := v.(string); json.Valid([]byte(s)) {
+			_ = json.Unmarshal([]byte(s), &v)
 		}
 		if _, ok := frame["event"]; !ok {
 			frame["event"] = "message"

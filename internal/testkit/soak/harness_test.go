@@ -83,6 +83,13 @@ type setup struct {
 	// allowPrivate is [sandbox] allow_private: the fixture web on
 	// 127.0.0.1, which the sandboxes' network policy refuses otherwise.
 	allowPrivate []string
+	// dnsServers is [provider.local] dns_servers: names the sandboxes
+	// reach (sandstep's own, for an agent's children) by a test resolver.
+	dnsServers []string
+	// apiURL is [sandboxes] api_url: sandstep as the sandboxes reach it.
+	apiURL string
+	// agents are [agents.<name>] tables, as TOML.
+	agents string
 }
 
 // jobKey is the store key, execution name and ledger owner's id of the
@@ -107,6 +114,7 @@ name = %q
 plugin_dir = %q
 [provider.local]
 tools_dir = %q
+dns_servers = %s
 [provider.sandy]
 base_url = %q
 api_key_env = "SANDSTEP_TEST_SANDY_KEY"
@@ -114,18 +122,21 @@ retry_base_delay = "10ms"
 [sandbox]
 lifetime = "10m"
 allow_private = %s
+[sandboxes]
+api_url = %q
 [research]
 render = "never"
 [research.search]
 backends = ["searxng"]
 searxng_url = %q
-`, w.dir, s.provider, bins.plugins, bins.tools, s.sandyURL, tomlList(s.allowPrivate), w.search.URL)
+`, w.dir, s.provider, bins.plugins, bins.tools, tomlList(s.dnsServers), s.sandyURL, tomlList(s.allowPrivate), s.apiURL, w.search.URL)
 	if s.agent != "" {
 		text += fmt.Sprintf("[research.agent]\nenabled = true\nmodel = \"m\"\ncommand = %q\ntimeout = \"2m\"\n", s.agent)
 	}
 	if s.llm != "" {
 		text += fmt.Sprintf("[research.llm]\nbase_url = %q\napi_key_env = \"\"\nmodels = [\"fixture-model\"]\ntimeout = \"2m\"\n", s.llm)
 	}
+	text += s.agents
 	if s.sessions {
 		text += "[sessions]\nenabled = true\nsync_wait = \"1s\"\nreaper_interval = \"1h\"\n"
 	}

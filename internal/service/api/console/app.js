@@ -77,8 +77,8 @@ async function jobsPage() {
       const { data } = await api('GET', 'v1/jobs?' + q);
       for (const j of data.jobs) {
         list.append(h('tr', {},
-          h('td', {}, h('a', { href: '#/jobs/' + encodeURIComponent(j.job_id), text: j.job_id })),
-          h('td', { class: 'q', text: j.query }), h('td', {}, badge(j.status)),
+          h('td', {}, h('a', { href: (j.type === 'agent' ? '#/agent-runs/' : '#/jobs/') + encodeURIComponent(j.job_id), text: j.job_id })),
+          h('td', { class: 'q', text: j.type === 'agent' ? `agent ${j.mode}: ${j.query}` : j.query }), h('td', {}, badge(j.status)),
           h('td', { class: 'opt', text: fmtTime(j.created_at) })));
       }
       cursor = data.next_cursor; more.hidden = !cursor;
@@ -192,62 +192,9 @@ function jobPage(id) {
     refreshSoon();
   }
 
-  // The stream is read with fetch, not EventSource: EventSource cannot send
-  // an Authorization header, and the token must not go in the URL (it would
-  // land in logs and history). On a dropped stream it reconnects with
-  // Last-Event-ID; where the server does not stream (API Gateway buffers
-  // whole answers) it polls pages of events instead.
-  async function follow() {
-    let delay = 2000;
-    while (!ctl.signal.aborted) {
-      try {
-        const headers = { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN), Accept: 'text/event-stream' };
-        if (lastSeq) headers['Last-Event-ID'] = String(lastSeq);
-        const res = await fetch(base + '/events', { headers, signal: ctl.signal });
-        if (res.status === 401) return signOut('Your token was refused; sign in again.');
-        if (!res.ok) throw new APIError(res.status, await res.json().catch(() => null));
-        if (!(res.headers.get('Content-Type') || '').startsWith('text/event-stream')) { await res.body.cancel(); return poll(); }
-        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-        let buf = '';
-        for (;;) {
-          const { value, done } = await reader.read();
-          if (done) break;
-          buf += value.replace(/\r\n?/g, '\n');
-          let i;
-          while ((i = buf.indexOf('\n\n')) >= 0) {
-            const frame = buf.slice(0, i); buf = buf.slice(i + 2);
-            const f = { event: 'message', data: [] };
-            for (const line of frame.split('\n')) {
-              if (line.startsWith(':')) continue;
-              const [k, ...rest] = line.split(':');
-              const v = rest.join(':').replace(/^ /, '');
-              if (k === 'data') f.data.push(v); else if (k === 'retry') delay = Number(v) || delay; else f[k] = v;
-            }
-            if (!f.data.length) continue;
-            const data = JSON.parse(f.data.join('\n'));
-            if (f.event === 'end') { await refresh(); return; }
-            onEvent(data);
-          }
-        }
-      } catch (err) {
-        if (ctl.signal.aborted) return;
-        log.append(h('li', { class: 'warn', text: 'stream interrupted: ' + err.message + '; reconnecting' }));
-      }
-      await new Promise((r) => timers.push(setTimeout(r, delay)));
-    }
-  }
-  async function poll() {
-    while (!ctl.signal.aborted) {
-      try {
-        const { data } = await api('GET', `${base}/events?after=${lastSeq}&limit=100`, undefined, { signal: ctl.signal });
-        data.events.forEach(onEvent);
-        lastSeq = data.next_after;
-        if (!data.events.length && job && TERMINAL.includes(job.status)) return;
-      } catch (err) { if (ctl.signal.aborted) return; }
-      await new Promise((r) => timers.push(setTimeout(r, 2000)));
-      await refresh();
-    }
-  }
+  const later = (fn, ms) => timers.push(setTimeout(fn, ms));
+  const follow = () => followEvents({ base, ctl, later, log, onEvent, refresh,
+    seq: () => lastSeq, setSeq: (n) => { lastSeq = n; }, done: () => job && TERMINAL.includes(job.status) });
 
   async function loadReport() {
     try {
@@ -264,6 +211,148 @@ function jobPage(id) {
     h('h2', { text: 'Warnings' }), warnings, usage, report,
     h('details', {}, h('summary', { text: 'Event log' }), log));
   refresh().then(() => follow());
+}
+
+// ---- an agent run: its events live, the answer, the artifacts ----
+function agentRunPage(id) {
+  const base = 'v1/agent-runs/' + encodeURIComponent(id);
+  const ctl = new AbortController();
+  let timers = [];
+  stop = () => { ctl.abort(); timers.forEach(clearTimeout); timers = []; if (saved) URL.revokeObjectURL(saved); };
+  const status = h('p', { id: 'job-status' });
+  const info = h('dl', { id: 'run-info', class: 'kv' });
+  const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', text: 'Cancel run' });
+  const notes = h('div', { id: 'notes' });
+  const events = h('ol', { id: 'run-events', class: 'events' });
+  const result = h('section', { id: 'result', 'aria-label': 'Result' });
+  const viewer = h('section', { id: 'artifact', 'aria-live': 'polite' });
+  let run = null, lastSeq = 0, resultShown = false, refreshPending = false, saved = null;
+
+  cancel.addEventListener('click', async () => {
+    cancel.disabled = true;
+    try { await api('POST', base + '/cancel'); announce('Cancel requested'); refresh(); } catch (err) { notes.replaceChildren(errorBox(err)); cancel.disabled = false; }
+  });
+  function render() {
+    status.replaceChildren('Status: ', badge(run.status), run.cancel_requested && run.status !== 'cancelled' ? ' (cancel requested)' : '',
+      run.error ? h('span', { class: 'error', text: ' ' + run.error }) : '');
+    info.replaceChildren(...[['Agent', run.agent], ['Sandbox', run.sandbox_id || '—'], ['Time limit', run.timeout_seconds + ' s'],
+      ['Started', fmtTime(run.created_at)], ['Finished', fmtTime(run.finished_at)]].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })]));
+    cancel.hidden = TERMINAL.includes(run.status) || run.cancel_requested;
+    if (TERMINAL.includes(run.status) && !resultShown) { resultShown = true; loadResult(); }
+  }
+  async function refresh() {
+    try { run = (await api('GET', base, undefined, { signal: ctl.signal })).data; render(); } catch (err) {
+      if (!ctl.signal.aborted) status.replaceChildren(errorBox(err));
+    }
+  }
+  function onEvent(ev) {
+    if (ev.seq) lastSeq = Math.max(lastSeq, ev.seq);
+    const type = ev.type || '';
+    events.append(h('li', { 'data-type': type, class: type.startsWith('job.') || type === 'sandbox.terminated' ? 'end' : null },
+      h('span', { class: 'hint', text: fmtTime(ev.time) + ' ' }), h('strong', { text: type }), ' ' + (ev.message || '')));
+    if (refreshPending) return;
+    refreshPending = true;
+    timers.push(setTimeout(() => { refreshPending = false; refresh(); }, 300));
+  }
+  // An artifact needs the token, which a link cannot carry: it is fetched,
+  // shown when it is text, and offered to save from memory.
+  async function open(a) {
+    try {
+      const res = await fetch(a.url.replace(/^\//, ''), { headers: { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN) }, signal: ctl.signal });
+      if (!res.ok) throw new APIError(res.status, await res.json().catch(() => null));
+      const blob = await res.blob();
+      if (saved) URL.revokeObjectURL(saved);
+      saved = URL.createObjectURL(blob);
+      const text = /^text\/|^application\/json/.test(a.content_type) ? await blob.text() : null;
+      viewer.replaceChildren(h('h2', { text: 'Artifact ' + a.path }),
+        h('p', {}, h('a', { id: 'artifact-save', href: saved, download: a.path.split('/').pop(), text: 'Save ' + a.path })),
+        text === null ? h('p', { class: 'hint', text: `${a.content_type}, ${a.size} bytes: not shown here` }) : h('pre', { id: 'artifact-text', class: 'out', text }));
+      viewer.focus();
+    } catch (err) { if (!ctl.signal.aborted) viewer.replaceChildren(errorBox(err)); }
+  }
+  async function loadResult() {
+    try {
+      const { data } = await api('GET', base + '/result', undefined, { signal: ctl.signal });
+      const out = [h('h2', { text: data.complete ? 'Answer' : 'Answer (partial: the run did not finish, this is what it printed until then)' }),
+        h('div', { class: 'report', id: 'answer' }, ...markdown(data.answer || '', new Map())),
+        h('p', { class: 'hint', id: 'exit', text: `Exit status ${data.exit_code === null ? '—' : data.exit_code}${data.timed_out ? ', timed out' : ''}` }),
+        h('h2', { text: 'Artifacts' })];
+      out.push(data.artifacts.length ? h('ul', { id: 'artifacts' }, ...data.artifacts.map((a) => h('li', {},
+        h('button', { type: 'button', class: 'link', 'data-path': a.path, text: a.path, onclick: () => open(a) }),
+        h('span', { class: 'hint', text: ` ${a.content_type}, ${a.size} bytes` })))) : h('p', { class: 'hint', text: 'None.' }));
+      if (data.skipped.length) out.push(h('p', { class: 'warn', text: 'Not kept: ' + data.skipped.map((x) => `${x.path} (${x.reason})`).join(', ') }));
+      result.replaceChildren(...out);
+      announce('The result is ready');
+    } catch (err) {
+      if (!ctl.signal.aborted) result.replaceChildren(h('h2', { text: 'Answer' }), h('p', { class: 'hint', text: err.message }));
+    }
+  }
+
+  viewer.tabIndex = -1;
+  show('Agent run ' + id, status, cancel, notes, info, h('h2', { text: 'Events' }), events, result, viewer);
+  const later = (fn, ms) => timers.push(setTimeout(fn, ms));
+  refresh().then(() => followEvents({ base, ctl, later, log: events, onEvent, refresh,
+    seq: () => lastSeq, setSeq: (n) => { lastSeq = n; }, done: () => run && TERMINAL.includes(run.status) }));
+}
+
+// followEvents reads a job's events (o.base + '/events') and hands each to
+// o.onEvent until the job has ended. The stream is read with fetch, not
+// EventSource: EventSource cannot send an Authorization header, and the
+// token must not go in the URL (it would land in logs and history). On a
+// dropped stream it reconnects with Last-Event-ID; where the server does
+// not stream (API Gateway buffers whole answers) it polls pages of events
+// instead.
+async function followEvents(o) {
+  const wait = (ms) => new Promise((r) => o.later(r, ms));
+  async function poll() {
+    while (!o.ctl.signal.aborted) {
+      try {
+        const { data } = await api('GET', `${o.base}/events?after=${o.seq()}&limit=100`, undefined, { signal: o.ctl.signal });
+        data.events.forEach(o.onEvent);
+        o.setSeq(data.next_after);
+        if (!data.events.length && o.done()) return;
+      } catch (err) { if (o.ctl.signal.aborted) return; }
+      await wait(2000);
+      await o.refresh();
+    }
+  }
+  let delay = 2000;
+  while (!o.ctl.signal.aborted) {
+    try {
+      const headers = { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN), Accept: 'text/event-stream' };
+      if (o.seq()) headers['Last-Event-ID'] = String(o.seq());
+      const res = await fetch(o.base + '/events', { headers, signal: o.ctl.signal });
+      if (res.status === 401) return signOut('Your token was refused; sign in again.');
+      if (!res.ok) throw new APIError(res.status, await res.json().catch(() => null));
+      if (!(res.headers.get('Content-Type') || '').startsWith('text/event-stream')) { await res.body.cancel(); return poll(); }
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value.replace(/\r\n?/g, '\n');
+        let i;
+        while ((i = buf.indexOf('\n\n')) >= 0) {
+          const frame = buf.slice(0, i); buf = buf.slice(i + 2);
+          const f = { event: 'message', data: [] };
+          for (const line of frame.split('\n')) {
+            if (line.startsWith(':')) continue;
+            const [k, ...rest] = line.split(':');
+            const v = rest.join(':').replace(/^ /, '');
+            if (k === 'data') f.data.push(v); else if (k === 'retry') delay = Number(v) || delay; else f[k] = v;
+          }
+          if (!f.data.length) continue;
+          const data = JSON.parse(f.data.join('\n'));
+          if (f.event === 'end') { await o.refresh(); return; }
+          o.onEvent(data);
+        }
+      }
+    } catch (err) {
+      if (o.ctl.signal.aborted) return;
+      o.log.append(h('li', { class: 'warn', text: 'stream interrupted: ' + err.message + '; reconnecting' }));
+    }
+    await wait(delay);
+  }
 }
 
 // ---- the report: Markdown, citations that jump to the sources ----
@@ -423,6 +512,7 @@ function route() {
   const hash = location.hash.replace(/^#/, '') || '/';
   let m;
   if ((m = /^\/jobs\/([^/]+)$/.exec(hash))) jobPage(decodeURIComponent(m[1]));
+  else if ((m = /^\/agent-runs\/([^/]+)$/.exec(hash))) agentRunPage(decodeURIComponent(m[1]));
   else if (hash === '/sessions') sessionsPage();
   else jobsPage();
   $('#main').focus({ preventScroll: true });
