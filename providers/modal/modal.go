@@ -18,8 +18,8 @@
 // command router; files are execs of sh, cat, tail and find inside the
 // sandbox, streamed both ways and size-checked.
 //
-// Modal has Volumes and filesystem snapshots, but this provider does not
-// offer them yet: they are declared unsupported, not faked.
+// Volumes are Modal Volumes (volumes.go). Snapshots are declared
+// unsupported: see the note on Info.
 package modal
 
 import (
@@ -47,13 +47,13 @@ import (
 // Provider is the Modal provider. It is safe for concurrent use.
 type Provider struct {
 	providers.UnsupportedSnapshots
-	providers.UnsupportedVolumes
 
 	log *slog.Logger
 
 	mu     sync.Mutex
 	cfg    *state
-	routes map[string]*route // by sandbox id
+	routes map[string]*route  // by sandbox id
+	vols   map[string]volMeta // by Modal volume name
 }
 
 // state is one successful Configure.
@@ -71,7 +71,7 @@ var _ providers.Provider = (*Provider)(nil)
 
 // New returns an unconfigured provider.
 func New() *Provider {
-	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}}
+	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}, vols: map[string]volMeta{}}
 }
 
 // Tags the provider keeps beside the caller's labels; Labels never show
@@ -85,6 +85,9 @@ const (
 	// tagPorts lists the sandbox's open ports ("5173,8080"), so that Get
 	// asks for tunnels only for a sandbox that has some.
 	tagPorts = tagPrefix + "ports"
+	// tagMounts lists the volumes it mounts ("slug:/path[:ro],..."), so
+	// that DeleteVolume finds a volume in use and Get reports Mounts.
+	tagMounts = tagPrefix + "mounts"
 )
 
 // ErrStaleContainer is wrapped, with code NotFound, by the errors of calls
@@ -136,7 +139,11 @@ func (p *Provider) Close() {
 	}
 }
 
-// Info describes the provider.
+// Info describes the provider. Snapshots are declared unsupported: Modal
+// takes filesystem snapshots as images through the command router
+// (TaskSnapshotFilesystem) and names them with ImagePublish, RPCs that the
+// contract (shared/contracts/modal-api.md) does not cover, so the provider
+// does not offer them rather than offer them unverified.
 func (p *Provider) Info(context.Context) (providers.Info, error) {
 	return providers.Info{
 		Name:       "modal",
@@ -144,6 +151,7 @@ func (p *Provider) Info(context.Context) (providers.Info, error) {
 		APIVersion: providers.APIVersion,
 		Capabilities: providers.Capabilities{
 			NamedSandboxes: true,
+			Volumes:        true,
 			ListByLabels:   true,
 			ExecStreaming:  true,
 			FileAPI:        true,
@@ -299,11 +307,12 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	default:
 		return providers.Sandbox{}, false, providers.Errorf(providers.InvalidArgument, op, "unknown network mode %q", network.Mode)
 	}
-	switch {
-	case spec.Snapshot != "":
+	if spec.Snapshot != "" {
 		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no snapshots")
-	case len(spec.Mounts) > 0:
-		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no volumes")
+	}
+	mounts, err := checkMounts(op, spec.Mounts)
+	if err != nil {
+		return providers.Sandbox{}, false, err
 	}
 	ports, err := openPorts(st.s.OpenPorts, spec.ExposePorts)
 	if err != nil {
@@ -330,6 +339,10 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if err != nil {
 		return providers.Sandbox{}, false, err
 	}
+	volumeMounts, err := p.volumeMounts(ctx, st, op, mounts)
+	if err != nil {
+		return providers.Sandbox{}, false, err
+	}
 
 	now := time.Now().UTC()
 	nonce := randomHex(12)
@@ -347,12 +360,16 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if len(ports) > 0 {
 		tags[tagPorts] = joinPorts(ports)
 	}
+	if len(mounts) > 0 {
+		tags[tagMounts] = mountsTag(mounts)
+	}
 
 	def := pb.Sandbox_builder{
 		ImageId:       imageID,
 		TimeoutSecs:   uint32(math.Ceil(lifetime.Seconds())),
 		Workdir:       proto.String(st.s.Workdir),
 		NetworkAccess: pb.NetworkAccess_builder{NetworkAccessType: access}.Build(),
+		VolumeMounts:  volumeMounts,
 		Resources: pb.Resources_builder{
 			MemoryMb: uint32(firstPositiveInt(spec.Resources.MemoryMB, st.s.MemoryMB, st.defaults.MemoryMB)),
 			MilliCpu: uint32(math.Round(1000 * firstPositiveFloat(spec.Resources.CPUs, st.s.CPU))),
@@ -657,6 +674,7 @@ func sandboxFrom(id string, tags map[string]string, state providers.SandboxState
 			sb.Labels[k] = v
 		}
 	}
+	sb.Mounts = parseMounts(tags[tagMounts])
 	sb.CreatedAt, _ = time.Parse(time.RFC3339, tags[tagCreated])
 	sb.ExpiresAt, _ = time.Parse(time.RFC3339, tags[tagExpires])
 	return sb

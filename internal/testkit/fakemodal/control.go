@@ -32,6 +32,7 @@ type sandbox struct {
 	createdAt                        time.Time
 	timeout, idle                    time.Duration
 	ports                            []uint32
+	mounts                           []mount
 
 	tags     map[string]string
 	result   *pb.GenericResult // set once finished
@@ -180,6 +181,11 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "Image %s not found", def.GetImageId())
 	}
+	mounts, err := s.mountsOf(def)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
 	now := time.Now()
 	if n := faults.CreatesPerSecond; n > 0 {
 		s.creates = slices.DeleteFunc(s.creates, func(t time.Time) bool { return now.Sub(t) >= time.Second })
@@ -214,6 +220,7 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 		tags:         tags,
 		last:         now,
 		procs:        map[string]*proc{},
+		mounts:       mounts,
 	}
 	if sb.workdir == "" {
 		sb.workdir = "/"
@@ -237,8 +244,12 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 	}
 	s.mu.Unlock()
 
-	for _, sub := range []string{"workspace", "tmp", "root"} {
-		if err := os.MkdirAll(filepath.Join(sb.dir, sub), 0o755); err != nil {
+	dirs := []string{filepath.Join(sb.dir, "workspace"), filepath.Join(sb.dir, "tmp"), filepath.Join(sb.dir, "root")}
+	for _, m := range sb.mounts {
+		dirs = append(dirs, m.dir) // a sub_path is made on first mount
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			s.finish(sb, pb.GenericResult_GENERIC_STATUS_FAILURE, "container failed to start: "+err.Error(), false)
 			return nil, status.Errorf(codes.Internal, "creating the sandbox failed: %v", err)
 		}

@@ -10,7 +10,8 @@
 // named, tagged sandboxes and runs commands in them: token exchange with
 // expiring JWTs, apps, registry images, SandboxCreateV2, GetFromNameV2,
 // GetTaskIdV2, GetCommandRouterAccess, WaitV2, TerminateV2, ListV2 with tags,
-// TagsGetV2, GetTunnelsV2, and on the router TaskExecStart, StdioRead, Wait,
+// TagsGetV2, GetTunnelsV2, volumes (GetOrCreate, Delete, List, and mounts
+// at create, read-only or not), and on the router TaskExecStart, StdioRead, Wait,
 // Poll, StdinWrite and StdinWriteStream. Commands run under bubblewrap over
 // the host's root, read-only, with /workspace, /tmp and /root of each
 // sandbox's own; a sandbox whose network is blocked gets no network
@@ -122,9 +123,10 @@ type Server struct {
 	routerCalls int
 	burst       int // UNAVAILABLE answers still due in the current burst
 	tokens      int
-	creates     []time.Time       // create times in the last second
-	apps        map[string]string // "env/name" -> app id
-	images      map[string]string // image id -> first dockerfile command
+	creates     []time.Time        // create times in the last second
+	apps        map[string]string  // "env/name" -> app id
+	images      map[string]string  // image id -> first dockerfile command
+	volumes     map[string]*volume // "env/name" -> volume
 	sandboxes   map[string]*sandbox
 	tasks       map[string]*sandbox // task id -> sandbox
 	stats       Stats
@@ -172,6 +174,7 @@ func New(opts Options) (*Server, error) {
 		faults:    opts.Faults,
 		apps:      map[string]string{},
 		images:    map[string]string{},
+		volumes:   map[string]*volume{},
 		sandboxes: map[string]*sandbox{},
 		tasks:     map[string]*sandbox{},
 	}

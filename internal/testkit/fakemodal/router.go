@@ -175,6 +175,15 @@ func (r *routerServer) TaskExecStart(_ context.Context, req *pb.TaskExecStartReq
 	for _, m := range []struct{ sub, at string }{{"workspace", "/workspace"}, {"tmp", "/tmp"}, {"root", "/root"}} {
 		bargs = append(bargs, "--bind", filepath.Join(sb.dir, m.sub), m.at)
 	}
+	// Volumes after the sandbox's own directories: one mounted at
+	// /workspace takes its place.
+	for _, m := range sb.mounts {
+		bind := "--bind"
+		if m.readOnly {
+			bind = "--ro-bind"
+		}
+		bargs = append(bargs, bind, m.dir, m.path)
+	}
 	bargs = append(bargs, "--chdir", workdir, "--")
 	bargs = append(bargs, args...)
 	cmd := exec.Command(s.bwrap, bargs...)
