@@ -260,6 +260,14 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 	})
 	s.mu.Unlock()
 	s.log.Info("sandbox created", "sandbox_id", id, "name", sb.name)
+	if d := faults.SlowCreateAnswer; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.stop:
+			t.Stop()
+		}
+	}
 	if lose {
 		return nil, status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers (the answer was lost)")
 	}

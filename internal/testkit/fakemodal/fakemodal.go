@@ -96,8 +96,13 @@ type Faults struct {
 	// LoseCreateAnswers makes the first n creates make their sandbox and
 	// then answer UNAVAILABLE, as when the answer is lost on the way.
 	LoseCreateAnswers int
-	// SlowCreate delays every create answer.
+	// SlowCreate delays every create before it makes the sandbox; a
+	// client that goes away meanwhile makes none.
 	SlowCreate time.Duration
+	// SlowCreateAnswer delays every create answer after the sandbox is
+	// made, whether the client waits or not: a client that dies meanwhile
+	// leaves a sandbox it never heard of.
+	SlowCreateAnswer time.Duration
 }
 
 // ErrNoBubblewrap is wrapped by New's error when bubblewrap cannot run a

@@ -23,7 +23,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "where sandboxes keep their files (default: a temporary folder)")
 	rate := fs.Int("creates-per-second", 0, "fault: refuse creates beyond this many per second with RESOURCE_EXHAUSTED (Modal's default is 5; 0 = no limit)")
 	unavailable := fs.Int("unavailable-every", 0, "fault: answer every n-th control-plane call UNAVAILABLE (0 = never)")
-	slow := fs.Duration("slow-create", 0, "fault: delay every create answer this long")
+	slow := fs.Duration("slow-create", 0, "fault: delay every create this long before it makes the sandbox")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
