@@ -261,7 +261,7 @@ func (p *Provider) joinImage(ctx context.Context, st *state, id string, res *pb.
 		}
 	}
 	if res.GetStatus() != pb.GenericResult_GENERIC_STATUS_SUCCESS {
-		return providers.Errorf(providers.FailedPrecondition, op, "building the image %q failed (%s): %s", st.s.Image, res.GetStatus(), res.GetException())
+		return providers.Errorf(providers.FailedPrecondition, op, "building the image %q failed (%s): %s", st.s.Image, res.GetStatus(), redact(res.GetException()))
 	}
 	return nil
 }

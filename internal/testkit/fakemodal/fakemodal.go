@@ -99,6 +99,10 @@ type Faults struct {
 	// SlowCreate delays every create before it makes the sandbox; a
 	// client that goes away meanwhile makes none.
 	SlowCreate time.Duration
+	// EchoCredentials makes the fake's refusals and UNAVAILABLE answers
+	// repeat the credential headers of the request, as a misbehaving proxy
+	// does: a client must keep them out of its logs and errors anyway.
+	EchoCredentials bool
 	// SlowCreateAnswer delays every create answer after the sandbox is
 	// made, whether the client waits or not: a client that dies meanwhile
 	// leaves a sandbox it never heard of.
@@ -263,13 +267,22 @@ func (s *Server) admit(ctx context.Context, method string) error {
 		}
 		return ""
 	}
+	s.mu.Lock()
+	echo := ""
+	if s.faults.EchoCredentials {
+		for _, k := range []string{"x-modal-token-id", "x-modal-token-secret", "x-modal-auth-token", "authorization"} {
+			echo += fmt.Sprintf(" %s: %s", k, get(k))
+		}
+		echo = " (request headers:" + echo + ")"
+	}
+	s.mu.Unlock()
 	switch {
 	case strings.HasPrefix(method, controlPrefix):
 		// Constant-time comparisons; never echo what was sent.
 		if !hmac.Equal([]byte(get("x-modal-token-id")), []byte(s.opts.TokenID)) ||
 			!hmac.Equal([]byte(get("x-modal-token-secret")), []byte(s.opts.TokenSecret)) {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "Token ID or secret is invalid. Please check your Modal token.")
+			return status.Error(codes.Unauthenticated, "Token ID or secret is invalid. Please check your Modal token."+echo)
 		}
 		name := strings.TrimPrefix(method, controlPrefix)
 		if name == "AuthTokenGet" {
@@ -277,18 +290,18 @@ func (s *Server) admit(ctx context.Context, method string) error {
 		}
 		if err := s.verifyJWT(get("x-modal-auth-token"), "auth"); err != nil {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "invalid x-modal-auth-token: "+err.Error())
+			return status.Error(codes.Unauthenticated, "invalid x-modal-auth-token: "+err.Error()+echo)
 		}
-		return s.injectUnavailable()
+		return s.injectUnavailable(echo)
 	case strings.HasPrefix(method, routerPrefix):
 		auth := get("authorization")
 		tok, ok := strings.CutPrefix(auth, "Bearer ")
 		if !ok {
-			return status.Error(codes.Unauthenticated, "missing bearer token")
+			return status.Error(codes.Unauthenticated, "missing bearer token"+echo)
 		}
 		if err := s.verifyJWT(tok, "router"); err != nil {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "invalid command router token: "+err.Error())
+			return status.Error(codes.Unauthenticated, "invalid command router token: "+err.Error()+echo)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -296,14 +309,14 @@ func (s *Server) admit(ctx context.Context, method string) error {
 			s.routerCalls++
 			if s.routerCalls%n == 0 {
 				s.stats.RouterUnavailable++
-				return status.Error(codes.Unavailable, "command router unavailable")
+				return status.Error(codes.Unavailable, "command router unavailable"+echo)
 			}
 		}
 	}
 	return nil
 }
 
-func (s *Server) injectUnavailable() error {
+func (s *Server) injectUnavailable(echo string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.faults.UnavailableEvery <= 0 {
@@ -312,13 +325,13 @@ func (s *Server) injectUnavailable() error {
 	if s.burst > 0 {
 		s.burst--
 		s.stats.Unavailable++
-		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers")
+		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers"+echo)
 	}
 	s.calls++
 	if s.calls%s.faults.UnavailableEvery == 0 {
 		s.burst = max(s.faults.UnavailableBurst, 1) - 1
 		s.stats.Unavailable++
-		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers")
+		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers"+echo)
 	}
 	return nil
 }
