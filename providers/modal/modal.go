@@ -18,8 +18,8 @@
 // command router; files are execs of sh, cat, tail and find inside the
 // sandbox, streamed both ways and size-checked.
 //
-// Volumes are Modal Volumes (volumes.go). Snapshots are declared
-// unsupported: see the note on Info.
+// Volumes are Modal Volumes (volumes.go); snapshots are Modal's filesystem
+// snapshots, named images (snapshots.go).
 package modal
 
 import (
@@ -46,14 +46,14 @@ import (
 
 // Provider is the Modal provider. It is safe for concurrent use.
 type Provider struct {
-	providers.UnsupportedSnapshots
-
 	log *slog.Logger
 
 	mu     sync.Mutex
 	cfg    *state
-	routes map[string]*route  // by sandbox id
-	vols   map[string]volMeta // by Modal volume name
+	routes map[string]*route            // by sandbox id
+	vols   map[string]volMeta           // by Modal volume name
+	snaps  map[string]map[string]string // labels by snapshot slug
+	builds snapshotBuilds
 }
 
 // state is one successful Configure.
@@ -71,7 +71,7 @@ var _ providers.Provider = (*Provider)(nil)
 
 // New returns an unconfigured provider.
 func New() *Provider {
-	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}, vols: map[string]volMeta{}}
+	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}, vols: map[string]volMeta{}, snaps: map[string]map[string]string{}}
 }
 
 // Tags the provider keeps beside the caller's labels; Labels never show
@@ -88,6 +88,10 @@ const (
 	// tagMounts lists the volumes it mounts ("slug:/path[:ro],..."), so
 	// that DeleteVolume finds a volume in use and Get reports Mounts.
 	tagMounts = tagPrefix + "mounts"
+	// tagSnapshot is the slug of the snapshot it was created from;
+	// tagBuilder marks a sandbox that builds the snapshot it names.
+	tagSnapshot = tagPrefix + "snapshot"
+	tagBuilder  = tagPrefix + "builder"
 )
 
 // ErrStaleContainer is wrapped, with code NotFound, by the errors of calls
@@ -139,11 +143,8 @@ func (p *Provider) Close() {
 	}
 }
 
-// Info describes the provider. Snapshots are declared unsupported: Modal
-// takes filesystem snapshots as images through the command router
-// (TaskSnapshotFilesystem) and names them with ImagePublish, RPCs that the
-// contract (shared/contracts/modal-api.md) does not cover, so the provider
-// does not offer them rather than offer them unverified.
+// Info describes the provider. ListSnapshots is not offered: Modal's named
+// images carry no labels (snapshots.go).
 func (p *Provider) Info(context.Context) (providers.Info, error) {
 	return providers.Info{
 		Name:       "modal",
@@ -152,6 +153,7 @@ func (p *Provider) Info(context.Context) (providers.Info, error) {
 		Capabilities: providers.Capabilities{
 			NamedSandboxes: true,
 			Volumes:        true,
+			Snapshots:      true,
 			ListByLabels:   true,
 			ExecStreaming:  true,
 			FileAPI:        true,
@@ -277,7 +279,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		return providers.Sandbox{}, err
 	}
 	started := time.Now()
-	sb, reused, err := p.create(ctx, st, spec)
+	sb, reused, err := p.create(ctx, st, spec, nil)
 	if err != nil {
 		p.log.Warn("sandbox create failed", "name", spec.Name, "code", providers.CodeOf(err).String(), "error", err, "ms", time.Since(started).Milliseconds())
 		return providers.Sandbox{}, err
@@ -286,7 +288,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 	return sb, nil
 }
 
-func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateSpec) (providers.Sandbox, bool, error) {
+// create makes the sandbox; extra are tags of the provider's own beyond
+// the usual ones.
+func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateSpec, extra map[string]string) (providers.Sandbox, bool, error) {
 	const op = "create"
 	if spec.Name != "" {
 		if err := CheckName(spec.Name); err != nil {
@@ -308,7 +312,9 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 		return providers.Sandbox{}, false, providers.Errorf(providers.InvalidArgument, op, "unknown network mode %q", network.Mode)
 	}
 	if spec.Snapshot != "" {
-		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no snapshots")
+		if err := checkSlug(op, spec.Snapshot); err != nil {
+			return providers.Sandbox{}, false, err
+		}
 	}
 	mounts, err := checkMounts(op, spec.Mounts)
 	if err != nil {
@@ -343,6 +349,11 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if err != nil {
 		return providers.Sandbox{}, false, err
 	}
+	if spec.Snapshot != "" {
+		if imageID, err = p.snapshotImage(ctx, st, op, spec.Snapshot); err != nil {
+			return providers.Sandbox{}, false, err
+		}
+	}
 
 	now := time.Now().UTC()
 	nonce := randomHex(12)
@@ -363,6 +374,10 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if len(mounts) > 0 {
 		tags[tagMounts] = mountsTag(mounts)
 	}
+	if spec.Snapshot != "" {
+		tags[tagSnapshot] = spec.Snapshot
+	}
+	maps.Copy(tags, extra)
 
 	def := pb.Sandbox_builder{
 		ImageId:       imageID,
@@ -675,6 +690,7 @@ func sandboxFrom(id string, tags map[string]string, state providers.SandboxState
 		}
 	}
 	sb.Mounts = parseMounts(tags[tagMounts])
+	sb.Snapshot = tags[tagSnapshot]
 	sb.CreatedAt, _ = time.Parse(time.RFC3339, tags[tagCreated])
 	sb.ExpiresAt, _ = time.Parse(time.RFC3339, tags[tagExpires])
 	return sb

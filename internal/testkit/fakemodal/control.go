@@ -101,24 +101,6 @@ func (s *Server) AppGetOrCreate(_ context.Context, req *pb.AppGetOrCreateRequest
 	return pb.AppGetOrCreateResponse_builder{AppId: id}.Build(), nil
 }
 
-// ImageGetOrCreate records the image; the same definition gets the same id
-// (Modal caches builds). Sandboxes see the host's root whatever it says.
-func (s *Server) ImageGetOrCreate(_ context.Context, req *pb.ImageGetOrCreateRequest) (*pb.ImageGetOrCreateResponse, error) {
-	cmds := req.GetImage().GetDockerfileCommands()
-	if len(cmds) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "image has no Dockerfile commands")
-	}
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req.GetImage())
-	id := "im-" + hashID(b)
-	s.mu.Lock()
-	s.images[id] = cmds[0]
-	s.mu.Unlock()
-	return pb.ImageGetOrCreateResponse_builder{
-		ImageId: id,
-		Result:  pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
-	}.Build(), nil
-}
-
 func (s *Server) ImageJoinStreaming(req *pb.ImageJoinStreamingRequest, stream grpc.ServerStreamingServer[pb.ImageJoinStreamingResponse]) error {
 	s.mu.Lock()
 	_, ok := s.images[req.GetImageId()]
@@ -177,9 +159,16 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "App %s not found", req.GetAppId())
 	}
-	if _, ok := s.images[def.GetImageId()]; !ok {
+	img := s.images[def.GetImageId()]
+	if img == nil {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "Image %s not found", def.GetImageId())
+	}
+	// The image's ENV, under the sandbox's own variables.
+	for k, v := range img.env {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
 	}
 	mounts, err := s.mountsOf(def)
 	if err != nil {
@@ -244,7 +233,17 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 	}
 	s.mu.Unlock()
 
-	dirs := []string{filepath.Join(sb.dir, "workspace"), filepath.Join(sb.dir, "tmp"), filepath.Join(sb.dir, "root")}
+	var dirs []string
+	for _, sub := range snapshotDirs {
+		if img.files != "" {
+			// A snapshot's sandboxes start with its files.
+			if err := copyTree(filepath.Join(img.files, sub), filepath.Join(sb.dir, sub)); err != nil {
+				s.finish(sb, pb.GenericResult_GENERIC_STATUS_FAILURE, "container failed to start: "+err.Error(), false)
+				return nil, status.Errorf(codes.Internal, "creating the sandbox failed: %v", err)
+			}
+		}
+		dirs = append(dirs, filepath.Join(sb.dir, sub))
+	}
 	for _, m := range sb.mounts {
 		dirs = append(dirs, m.dir) // a sub_path is made on first mount
 	}

@@ -11,10 +11,13 @@
 // expiring JWTs, apps, registry images, SandboxCreateV2, GetFromNameV2,
 // GetTaskIdV2, GetCommandRouterAccess, WaitV2, TerminateV2, ListV2 with tags,
 // TagsGetV2, GetTunnelsV2, volumes (GetOrCreate, Delete, List, and mounts
-// at create, read-only or not), and on the router TaskExecStart, StdioRead, Wait,
+// at create, read-only or not), images built on a base image (ENV layers),
+// published image names (Publish, GetByTag, NameDelete, ListTags), and on
+// the router TaskSnapshotFilesystem (images.go), TaskExecStart, StdioRead, Wait,
 // Poll, StdinWrite and StdinWriteStream. Commands run under bubblewrap over
-// the host's root, read-only, with /workspace, /tmp and /root of each
-// sandbox's own; a sandbox whose network is blocked gets no network
+// the host's root, read-only, with /workspace, /tmp, /root and /opt of
+// each sandbox's own (the host's /opt entries bound into the last), which
+// a filesystem snapshot keeps; a sandbox whose network is blocked gets no network
 // namespace of the host's. Images are recorded, not built: every sandbox
 // sees the host's root whatever its image says.
 //
@@ -120,6 +123,7 @@ type Server struct {
 	log      *slog.Logger
 	bwrap    string
 	rootArgs []string
+	optBinds []string // the host's /opt entries, bound over each sandbox's own /opt
 	dir      string
 	ownDir   bool
 	key      []byte // signs the JWTs
@@ -134,7 +138,9 @@ type Server struct {
 	tokens      int
 	creates     []time.Time        // create times in the last second
 	apps        map[string]string  // "env/name" -> app id
-	images      map[string]string  // image id -> first dockerfile command
+	images      map[string]*image  // by image id
+	published   map[string]*named  // "env/name:tag" -> the image it names
+	snapshots   map[string]string  // snapshot_id -> image id (the idempotency key)
 	volumes     map[string]*volume // "env/name" -> volume
 	sandboxes   map[string]*sandbox
 	tasks       map[string]*sandbox // task id -> sandbox
@@ -171,18 +177,29 @@ func New(opts Options) (*Server, error) {
 		}
 		bwrap = p
 	}
-	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace")
+	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace", "/opt")
 	if err != nil {
 		return nil, err
+	}
+	// /opt is each sandbox's own (a snapshot keeps what a build put
+	// there), with the host's entries of /opt bound into it read-only.
+	rootArgs = append(rootArgs, "--dir", "/opt")
+	var optBinds []string
+	if entries, err := os.ReadDir("/opt"); err == nil {
+		for _, e := range entries {
+			optBinds = append(optBinds, "--ro-bind", "/opt/"+e.Name(), "/opt/"+e.Name())
+		}
 	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	s := &Server{
-		opts: opts, log: log, bwrap: bwrap, rootArgs: rootArgs, dir: opts.Dir, key: key,
+		opts: opts, log: log, bwrap: bwrap, rootArgs: rootArgs, optBinds: optBinds, dir: opts.Dir, key: key,
 		instance:  randomID(8),
 		faults:    opts.Faults,
 		apps:      map[string]string{},
-		images:    map[string]string{},
+		images:    map[string]*image{},
+		published: map[string]*named{},
+		snapshots: map[string]string{},
 		volumes:   map[string]*volume{},
 		sandboxes: map[string]*sandbox{},
 		tasks:     map[string]*sandbox{},

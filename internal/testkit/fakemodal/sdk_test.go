@@ -421,3 +421,75 @@ func TestSDKExecTimeout(t *testing.T) {
 		t.Error("the exec's timeout did not end it")
 	}
 }
+
+// TestSDKFilesystemSnapshot: the SDK's filesystem snapshot is an image
+// that new sandboxes start from, with the files the first one wrote; an
+// ENV layer built on it by the SDK sets the environment; a published name
+// finds it; a sandbox from a plain image does not see the files.
+func TestSDKFilesystemSnapshot(t *testing.T) {
+	f := start(t, fakemodal.Options{})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-snap", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := c.Images.FromRegistry("python:3.12-slim", nil)
+	run := func(sb *modal.Sandbox, script string) string {
+		t.Helper()
+		p, err := sb.Exec(ctx, []string{"sh", "-c", script}, nil)
+		if err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		out, _ := io.ReadAll(p.Stdout)
+		if _, err := p.Wait(ctx, nil); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		return string(out)
+	}
+	builder, err := c.Sandboxes.Create(ctx, app, base, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(builder, "mkdir -p /opt/tool && echo built > /opt/tool/mark && echo ws > /workspace/w")
+	snap, err := builder.SnapshotFilesystem(ctx, &modal.SandboxSnapshotFilesystemParams{TTL: modal.NoExpiryTTL})
+	if err != nil || !strings.HasPrefix(snap.ImageID, "im-") {
+		t.Fatalf("SnapshotFilesystem: %+v, %v", snap, err)
+	}
+	if _, err := builder.Terminate(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	layered := snap.DockerfileCommands([]string{`ENV GREETING="hello there"`}, nil)
+	if _, err := layered.Build(ctx, app, nil); err != nil {
+		t.Fatalf("building on the snapshot: %v", err)
+	}
+	if err := layered.Publish(ctx, "sdk-snap-image:v1", nil); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	named, err := c.Images.FromName(ctx, "sdk-snap-image:v1", nil)
+	if err != nil || named.ImageID != layered.ImageID {
+		t.Fatalf("Images.FromName = %+v, %v; want %s", named, err, layered.ImageID)
+	}
+	if _, err := c.Images.FromName(ctx, "sdk-snap-image:v2", nil); !errors.As(err, new(modal.NotFoundError)) {
+		t.Errorf("FromName of an unpublished tag: %v; want NotFoundError", err)
+	}
+	child, err := c.Sandboxes.Create(ctx, app, named, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(child, `cat /opt/tool/mark /workspace/w; echo "$GREETING"`); out != "built\nws\nhello there\n" {
+		t.Errorf("a sandbox from the snapshot sees %q", out)
+	}
+	plain, err := c.Sandboxes.Create(ctx, app, base, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(plain, "test -e /opt/tool/mark && echo present || echo absent"); out != "absent\n" {
+		t.Errorf("a plain sandbox sees the snapshot's files: %q", out)
+	}
+	for _, sb := range []*modal.Sandbox{child, plain} {
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
