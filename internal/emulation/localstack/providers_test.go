@@ -251,3 +251,34 @@ func TestSameJobIDOneModalSandbox(t *testing.T) {
 	}
 	s.noLiveSandboxes(t, id)
 }
+
+// TestSessionOnModal: a run_code session on Modal, now that the provider
+// has volumes and snapshots: the dependency snapshot is built once, the
+// session's volume keeps /workspace from one run to the next, and deleting
+// the session leaves nothing running on the fake.
+func TestSessionOnModal(t *testing.T) {
+	fake := startFakeModal(t)
+	s := newStackWith(t, stackOpts{provider: "modal", modalURL: fake.URL, allowPrivate: []string{"127.0.0.1:1"}, config: "[sessions]\nenabled = true\n"})
+	run := func(code string) map[string]any {
+		t.Helper()
+		status, out := s.do(t, "POST", "/v1/sessions/modal-s1/run", map[string]any{"code": code, "language": "shell"})
+		if status != http.StatusOK || out["status"] != "succeeded" {
+			t.Fatalf("session run %q: %d %v", code, status, out)
+		}
+		return out
+	}
+	run("echo kept > /workspace/note")
+	if out := run("cat /workspace/note"); !strings.Contains(fmt.Sprint(out["stdout"]), "kept") {
+		t.Errorf("the second run of the session reads %v", out["stdout"])
+	}
+	if code, out := s.do(t, "DELETE", "/v1/sessions/modal-s1", nil); code/100 != 2 {
+		t.Fatalf("delete session: %d %v", code, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fake.Sandboxes()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if live := fake.Sandboxes(); len(live) > 0 {
+		t.Errorf("running on the fake after the session ended: %v", live)
+	}
+}
