@@ -61,8 +61,9 @@ func sdkClient(t *testing.T, f *fakemodal.Running, secret string) *modal.Client 
 // app, registry image, a named and tagged V2 sandbox, exec with stdin and
 // both streams, lookup by name, the name conflict, terminate and wait.
 func TestOfficialSDK(t *testing.T) {
-	// The first token expires almost at once: the SDK must refresh it.
-	f := start(t, fakemodal.Options{FirstTokenTTL: 2 * time.Second})
+	// The first token expires almost at once: the SDK must refresh it; so
+	// do the command router's JWTs.
+	f := start(t, fakemodal.Options{FirstTokenTTL: 2 * time.Second, RouterTokenTTL: 2 * time.Second})
 	c := sdkClient(t, f, testTokenSecret)
 	ctx := t.Context()
 
@@ -447,9 +448,18 @@ func TestSDKFilesystemSnapshot(t *testing.T) {
 		}
 		return string(out)
 	}
-	builder, err := c.Sandboxes.Create(ctx, app, base, &modal.SandboxCreateParams{Timeout: time.Minute})
+	// An image from commands on the registry image, as [provider.modal]
+	// image_commands make one.
+	withCommands := base.DockerfileCommands([]string{"RUN pip install httpx", `ENV FROM_COMMANDS=yes`}, nil)
+	if _, err := withCommands.Build(ctx, app, nil); err != nil || !strings.HasPrefix(withCommands.ImageID, "im-") {
+		t.Fatalf("an image from commands: %q, %v", withCommands.ImageID, err)
+	}
+	builder, err := c.Sandboxes.Create(ctx, app, withCommands, &modal.SandboxCreateParams{Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out := run(builder, `echo "$FROM_COMMANDS"`); out != "yes\n" {
+		t.Errorf("the ENV of an image from commands: %q", out)
 	}
 	run(builder, "mkdir -p /opt/tool && echo built > /opt/tool/mark && echo ws > /workspace/w")
 	snap, err := builder.SnapshotFilesystem(ctx, &modal.SandboxSnapshotFilesystemParams{TTL: modal.NoExpiryTTL})
