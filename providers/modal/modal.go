@@ -476,12 +476,13 @@ func (p *Provider) holderOfName(ctx context.Context, st *state, name, nonce stri
 	return got.GetSandboxId(), tags[tagCreate] == nonce, nil
 }
 
-// abandon terminates a sandbox that Create will not hand out.
+// abandon terminates a sandbox no caller holds: one that Create will not
+// hand out, or a snapshot's builder.
 func (p *Provider) abandon(ctx context.Context, st *state, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := p.terminate(ctx, st, id); err != nil {
-		p.log.Warn("terminating a sandbox that never became ready failed; Modal ends it at its timeout", "sandbox_id", id, "error", err)
+		p.log.Warn("terminating a sandbox no caller holds failed; Modal ends it at its timeout", "sandbox_id", id, "error", err)
 	}
 }
 

@@ -110,9 +110,9 @@ func (r *run) copyArtifacts(id string, room int) (int, error) {
 		var data bytes.Buffer
 		if skip == "" {
 			_, err := r.p.Provider.ReadFile(r.ctx, id, providers.ReadFileRequest{Path: ArtifactsDir + "/" + name, Limit: store.MaxArtifactBytes + 1}, &data)
-			if providers.IsNotFound(err) && !errors.Is(err, context.Canceled) {
+			if providers.IsNotFound(err) {
 				// Removed since it was listed, or the sandbox went.
-				if _, gerr := r.p.Provider.Get(r.ctx, id); providers.IsNotFound(gerr) {
+				if sb, gerr := r.p.Provider.Get(r.ctx, id); providers.IsNotFound(gerr) || gerr == nil && sb.State == providers.StateTerminated {
 					return kept, err
 				}
 				continue
