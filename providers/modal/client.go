@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,9 +250,27 @@ func retryAfter(st *status.Status) (time.Duration, bool) {
 	return 0, false
 }
 
+// credential matches what may never leave the plugin in a message: Modal
+// token ids and secrets (ak-..., as-...), JWTs (the auth and command
+// router tokens), and the value of any credential header a server or proxy
+// echoes back ("x-modal-token-secret: ...", "authorization=Bearer ...").
+var credential = regexp.MustCompile(`(?i)((x-modal-token-id|x-modal-token-secret|x-modal-auth-token|authorization)["']?\s*[:=]\s*["']?(bearer\s+)?)[^\s"',;]+|\b(ak|as)-[A-Za-z0-9_-]{4,}|eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*`)
+
+// redact removes credentials from a server's message.
+func redact(msg string) string {
+	return credential.ReplaceAllStringFunc(msg, func(m string) string {
+		if sub := credential.FindStringSubmatch(m); sub[1] != "" {
+			return sub[1] + "[redacted]"
+		}
+		return "[redacted]"
+	})
+}
+
 // mapError turns a gRPC status into a provider error with Modal's meaning
-// of each code (the Python client's mapping). The message is the server's:
-// it never holds the token, which travels in headers only.
+// of each code (the Python client's mapping). The message is the server's,
+// with anything shaped like a credential taken out: the token travels in
+// headers only, but a server or proxy that echoes headers in an error
+// must not carry it into logs, events or reports.
 func mapError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -262,7 +281,7 @@ func mapError(op string, err error) error {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return providers.Wrap(providers.Unavailable, op, err)
+		return providers.Errorf(providers.Unavailable, op, "%s", redact(err.Error()))
 	}
 	code := providers.Unknown
 	switch st.Code() {
@@ -287,7 +306,7 @@ func mapError(op string, err error) error {
 	case codes.Unimplemented:
 		code = providers.Unsupported
 	}
-	return &providers.Error{Code: code, Op: op, Message: "modal: " + st.Code().String() + ": " + st.Message()}
+	return &providers.Error{Code: code, Op: op, Message: "modal: " + st.Code().String() + ": " + redact(st.Message())}
 }
 
 // router returns a TaskCommandRouter client for a sandbox's router

@@ -124,7 +124,7 @@ func routed[T any](ctx context.Context, p *Provider, op, id string, fn func(cont
 			}
 			if status.Code(err) == codes.NotFound {
 				p.dropRoute(id)
-				return zero, &providers.Error{Code: providers.NotFound, Op: op, Message: status.Convert(err).Message(), Err: ErrStaleContainer}
+				return zero, &providers.Error{Code: providers.NotFound, Op: op, Message: redact(status.Convert(err).Message()), Err: ErrStaleContainer}
 			}
 		case codes.Unavailable, codes.Unknown, codes.Internal:
 			if attempt < st.s.MaxRetries {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandstep/sandstep/internal/testkit/fakemodal"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
+	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/modal"
 	"github.com/sandstep/sandstep/providers/plugin"
@@ -39,7 +40,9 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	pluginPath = filepath.Join(dir, testbin.ModalPlugin)
-	return m.Run()
+	// DynamoDB Local starts only for the tests that ask for it
+	// (crash_test.go) and stops here.
+	return testddb.RunTests(m)
 }
 
 // The token the fake expects. Tests check that neither part shows up in

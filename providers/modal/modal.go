@@ -18,8 +18,8 @@
 // command router; files are execs of sh, cat, tail and find inside the
 // sandbox, streamed both ways and size-checked.
 //
-// Modal has Volumes and filesystem snapshots, but this provider does not
-// offer them yet: they are declared unsupported, not faked.
+// Volumes are Modal Volumes (volumes.go); snapshots are Modal's filesystem
+// snapshots, named images (snapshots.go).
 package modal
 
 import (
@@ -46,14 +46,14 @@ import (
 
 // Provider is the Modal provider. It is safe for concurrent use.
 type Provider struct {
-	providers.UnsupportedSnapshots
-	providers.UnsupportedVolumes
-
 	log *slog.Logger
 
 	mu     sync.Mutex
 	cfg    *state
-	routes map[string]*route // by sandbox id
+	routes map[string]*route            // by sandbox id
+	vols   map[string]volMeta           // by Modal volume name
+	snaps  map[string]map[string]string // labels by snapshot slug
+	builds snapshotBuilds
 }
 
 // state is one successful Configure.
@@ -71,7 +71,7 @@ var _ providers.Provider = (*Provider)(nil)
 
 // New returns an unconfigured provider.
 func New() *Provider {
-	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}}
+	return &Provider{log: plugin.Logger("provider", "modal"), routes: map[string]*route{}, vols: map[string]volMeta{}, snaps: map[string]map[string]string{}}
 }
 
 // Tags the provider keeps beside the caller's labels; Labels never show
@@ -85,6 +85,13 @@ const (
 	// tagPorts lists the sandbox's open ports ("5173,8080"), so that Get
 	// asks for tunnels only for a sandbox that has some.
 	tagPorts = tagPrefix + "ports"
+	// tagMounts lists the volumes it mounts ("slug:/path[:ro],..."), so
+	// that DeleteVolume finds a volume in use and Get reports Mounts.
+	tagMounts = tagPrefix + "mounts"
+	// tagSnapshot is the slug of the snapshot it was created from;
+	// tagBuilder marks a sandbox that builds the snapshot it names.
+	tagSnapshot = tagPrefix + "snapshot"
+	tagBuilder  = tagPrefix + "builder"
 )
 
 // ErrStaleContainer is wrapped, with code NotFound, by the errors of calls
@@ -136,7 +143,8 @@ func (p *Provider) Close() {
 	}
 }
 
-// Info describes the provider.
+// Info describes the provider. ListSnapshots is not offered: Modal's named
+// images carry no labels (snapshots.go).
 func (p *Provider) Info(context.Context) (providers.Info, error) {
 	return providers.Info{
 		Name:       "modal",
@@ -144,6 +152,8 @@ func (p *Provider) Info(context.Context) (providers.Info, error) {
 		APIVersion: providers.APIVersion,
 		Capabilities: providers.Capabilities{
 			NamedSandboxes: true,
+			Volumes:        true,
+			Snapshots:      true,
 			ListByLabels:   true,
 			ExecStreaming:  true,
 			FileAPI:        true,
@@ -253,7 +263,7 @@ func (p *Provider) joinImage(ctx context.Context, st *state, id string, res *pb.
 		}
 	}
 	if res.GetStatus() != pb.GenericResult_GENERIC_STATUS_SUCCESS {
-		return providers.Errorf(providers.FailedPrecondition, op, "building the image %q failed (%s): %s", st.s.Image, res.GetStatus(), res.GetException())
+		return providers.Errorf(providers.FailedPrecondition, op, "building the image %q failed (%s): %s", st.s.Image, res.GetStatus(), redact(res.GetException()))
 	}
 	return nil
 }
@@ -269,7 +279,7 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		return providers.Sandbox{}, err
 	}
 	started := time.Now()
-	sb, reused, err := p.create(ctx, st, spec)
+	sb, reused, err := p.create(ctx, st, spec, nil)
 	if err != nil {
 		p.log.Warn("sandbox create failed", "name", spec.Name, "code", providers.CodeOf(err).String(), "error", err, "ms", time.Since(started).Milliseconds())
 		return providers.Sandbox{}, err
@@ -278,7 +288,9 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 	return sb, nil
 }
 
-func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateSpec) (providers.Sandbox, bool, error) {
+// create makes the sandbox; extra are tags of the provider's own beyond
+// the usual ones.
+func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateSpec, extra map[string]string) (providers.Sandbox, bool, error) {
 	const op = "create"
 	if spec.Name != "" {
 		if err := CheckName(spec.Name); err != nil {
@@ -299,11 +311,14 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	default:
 		return providers.Sandbox{}, false, providers.Errorf(providers.InvalidArgument, op, "unknown network mode %q", network.Mode)
 	}
-	switch {
-	case spec.Snapshot != "":
-		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no snapshots")
-	case len(spec.Mounts) > 0:
-		return providers.Sandbox{}, false, providers.Errorf(providers.Unsupported, op, "the modal provider has no volumes")
+	if spec.Snapshot != "" {
+		if err := checkSlug(op, spec.Snapshot); err != nil {
+			return providers.Sandbox{}, false, err
+		}
+	}
+	mounts, err := checkMounts(op, spec.Mounts)
+	if err != nil {
+		return providers.Sandbox{}, false, err
 	}
 	ports, err := openPorts(st.s.OpenPorts, spec.ExposePorts)
 	if err != nil {
@@ -330,6 +345,15 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if err != nil {
 		return providers.Sandbox{}, false, err
 	}
+	volumeMounts, err := p.volumeMounts(ctx, st, op, mounts)
+	if err != nil {
+		return providers.Sandbox{}, false, err
+	}
+	if spec.Snapshot != "" {
+		if imageID, err = p.snapshotImage(ctx, st, op, spec.Snapshot); err != nil {
+			return providers.Sandbox{}, false, err
+		}
+	}
 
 	now := time.Now().UTC()
 	nonce := randomHex(12)
@@ -347,12 +371,20 @@ func (p *Provider) create(ctx context.Context, st *state, spec providers.CreateS
 	if len(ports) > 0 {
 		tags[tagPorts] = joinPorts(ports)
 	}
+	if len(mounts) > 0 {
+		tags[tagMounts] = mountsTag(mounts)
+	}
+	if spec.Snapshot != "" {
+		tags[tagSnapshot] = spec.Snapshot
+	}
+	maps.Copy(tags, extra)
 
 	def := pb.Sandbox_builder{
 		ImageId:       imageID,
 		TimeoutSecs:   uint32(math.Ceil(lifetime.Seconds())),
 		Workdir:       proto.String(st.s.Workdir),
 		NetworkAccess: pb.NetworkAccess_builder{NetworkAccessType: access}.Build(),
+		VolumeMounts:  volumeMounts,
 		Resources: pb.Resources_builder{
 			MemoryMb: uint32(firstPositiveInt(spec.Resources.MemoryMB, st.s.MemoryMB, st.defaults.MemoryMB)),
 			MilliCpu: uint32(math.Round(1000 * firstPositiveFloat(spec.Resources.CPUs, st.s.CPU))),
@@ -444,12 +476,13 @@ func (p *Provider) holderOfName(ctx context.Context, st *state, name, nonce stri
 	return got.GetSandboxId(), tags[tagCreate] == nonce, nil
 }
 
-// abandon terminates a sandbox that Create will not hand out.
+// abandon terminates a sandbox no caller holds: one that Create will not
+// hand out, or a snapshot's builder.
 func (p *Provider) abandon(ctx context.Context, st *state, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
 	if err := p.terminate(ctx, st, id); err != nil {
-		p.log.Warn("terminating a sandbox that never became ready failed; Modal ends it at its timeout", "sandbox_id", id, "error", err)
+		p.log.Warn("terminating a sandbox no caller holds failed; Modal ends it at its timeout", "sandbox_id", id, "error", err)
 	}
 }
 
@@ -657,6 +690,8 @@ func sandboxFrom(id string, tags map[string]string, state providers.SandboxState
 			sb.Labels[k] = v
 		}
 	}
+	sb.Mounts = parseMounts(tags[tagMounts])
+	sb.Snapshot = tags[tagSnapshot]
 	sb.CreatedAt, _ = time.Parse(time.RFC3339, tags[tagCreated])
 	sb.ExpiresAt, _ = time.Parse(time.RFC3339, tags[tagExpires])
 	return sb

@@ -312,17 +312,27 @@ func TestListSnapshotsUnsupported(t *testing.T) {
 
 // TestTokenNeverShows: neither part of the token appears in the plugin's
 // logs (at debug level) or in errors, with a refused token and with a good
-// one under faults.
+// one under faults, even when the server's errors echo the request's
+// credential headers (EchoCredentials).
 func TestTokenNeverShows(t *testing.T) {
-	f := startFake(t, fakemodal.Options{Faults: fakemodal.Faults{UnavailableEvery: 3, CreatesPerSecond: 1}})
+	f := startFake(t, fakemodal.Options{Faults: fakemodal.Faults{UnavailableEvery: 3, CreatesPerSecond: 1, RouterUnavailableEvery: 4, EchoCredentials: true}})
 	var logs syncBuffer
 	wrong := map[string]string{"token_id": testTokenID, "token_secret": "as-wrongsecretvalue0042"}
 	bad := startPlugin(t, settingsFor(f.URL, nil), wrong, &logs)
 	_, err := bad.Create(t.Context(), providers.CreateSpec{Name: "tok-1"})
-	if providers.CodeOf(err) != providers.PermissionDenied {
-		t.Errorf("Create with a wrong secret: %v, want PermissionDenied", err)
+	if providers.CodeOf(err) != providers.PermissionDenied || !strings.Contains(err.Error(), "[redacted]") {
+		t.Errorf("Create with a wrong secret: %v, want PermissionDenied with the echoed headers redacted", err)
 	}
 	errText := fmt.Sprint(err)
+	// A failure that outlasts the retries carries the server's echo too.
+	noRetry := startPlugin(t, settingsFor(f.URL, map[string]any{"max_retries": 0}), testSecrets(), &logs)
+	for range 3 {
+		_, err := noRetry.List(t.Context(), providers.ListFilter{})
+		errText += fmt.Sprint(err)
+	}
+	if !strings.Contains(errText, "upstream connect error") {
+		t.Errorf("no UNAVAILABLE reached the caller: %s", errText)
+	}
 	good := startPlugin(t, settingsFor(f.URL, nil), testSecrets(), &logs)
 	var created []string
 	for i := range 3 {
@@ -395,5 +405,29 @@ func TestExpiringTokens(t *testing.T) {
 	}
 	if s := f.Stats(); s.TokensIssued < 3 || s.Unauthenticated != 0 {
 		t.Errorf("tokens issued %d, refused calls %d: want refreshes before expiry", s.TokensIssued, s.Unauthenticated)
+	}
+}
+
+// TestRedactCredentials: whatever shape a server's message gives them,
+// credentials come out.
+func TestRedactCredentials(t *testing.T) {
+	for _, msg := range []string{
+		`denied (x-modal-token-id: ak-Zq81abcDEF x-modal-token-secret: as-Secret0123456789)`,
+		`metadata map[authorization:[Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln] x-modal-token-secret:[as-Secret0123456789]]`,
+		`"x-modal-auth-token"="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"; retry`,
+		`token ak-Zq81abcDEF is not allowed for as-Secret0123456789`,
+	} {
+		got := modal.Redact(msg)
+		for _, secret := range []string{"ak-Zq81abcDEF", "as-Secret0123456789", "eyJhbGciOiJIUzI1NiJ9", "c2ln"} {
+			if strings.Contains(got, secret) {
+				t.Errorf("Redact(%q) = %q: keeps %s", msg, got, secret)
+			}
+		}
+		if !strings.Contains(got, "[redacted]") {
+			t.Errorf("Redact(%q) = %q", msg, got)
+		}
+	}
+	if got := modal.Redact("Sandbox sb-01ARZ3 not found in App 'ap-x'"); got != "Sandbox sb-01ARZ3 not found in App 'ap-x'" {
+		t.Errorf("a plain message changed: %q", got)
 	}
 }

@@ -3,6 +3,7 @@ package localstack_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -216,4 +217,68 @@ func preemptWhenCrawling(t *testing.T, s *stack, drop func(string) bool, id stri
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("the crawl never started")
+}
+
+// TestSameJobIDOneModalSandbox: two submits of one job id, at once, are one
+// job on Modal: one sandbox made on the fake, a report, and nothing left
+// running.
+func TestSameJobIDOneModalSandbox(t *testing.T) {
+	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
+	fake := startFakeModal(t)
+	s := newStackWith(t, stackOpts{provider: "modal", modalURL: fake.URL, config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()})
+	id := "job-twice-modal"
+	body := map[string]any{"query": "kestrel migration fixtures", "job_id": id, "mode": "light", "seed_urls": []string{site.Hosts[0].Page("/a")}}
+	codes := make(chan int, 2)
+	for range 2 {
+		go func() {
+			code, _ := s.do(t, "POST", "/v1/jobs", body)
+			codes <- code
+		}()
+	}
+	for range 2 {
+		if code := <-codes; code != http.StatusAccepted && code != http.StatusOK {
+			t.Errorf("submit: %d", code)
+		}
+	}
+	if job := s.wait(t, id); job["status"] != "succeeded" {
+		t.Fatalf("job: %v %v", job["status"], job["error"])
+	}
+	if st := fake.Stats(); st.Creates != 1 {
+		t.Errorf("%d sandboxes made on the fake for one job id, want 1", st.Creates)
+	}
+	if md := s.reportMarkdown(t, id); strings.TrimSpace(md) == "" {
+		t.Error("no report")
+	}
+	s.noLiveSandboxes(t, id)
+}
+
+// TestSessionOnModal: a run_code session on Modal, now that the provider
+// has volumes and snapshots: the dependency snapshot is built once, the
+// session's volume keeps /workspace from one run to the next, and deleting
+// the session leaves nothing running on the fake.
+func TestSessionOnModal(t *testing.T) {
+	fake := startFakeModal(t)
+	s := newStackWith(t, stackOpts{provider: "modal", modalURL: fake.URL, allowPrivate: []string{"127.0.0.1:1"}, config: "[sessions]\nenabled = true\n"})
+	run := func(code string) map[string]any {
+		t.Helper()
+		status, out := s.do(t, "POST", "/v1/sessions/modal-s1/run", map[string]any{"code": code, "language": "shell"})
+		if status != http.StatusOK || out["status"] != "succeeded" {
+			t.Fatalf("session run %q: %d %v", code, status, out)
+		}
+		return out
+	}
+	run("echo kept > /workspace/note")
+	if out := run("cat /workspace/note"); !strings.Contains(fmt.Sprint(out["stdout"]), "kept") {
+		t.Errorf("the second run of the session reads %v", out["stdout"])
+	}
+	if code, out := s.do(t, "DELETE", "/v1/sessions/modal-s1", nil); code/100 != 2 {
+		t.Fatalf("delete session: %d %v", code, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(fake.Sandboxes()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if live := fake.Sandboxes(); len(live) > 0 {
+		t.Errorf("running on the fake after the session ended: %v", live)
+	}
 }

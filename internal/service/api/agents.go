@@ -221,6 +221,16 @@ func (s *server) agentResult(w http.ResponseWriter, r *http.Request, c *call) er
 // agentArtifact serves a kept artifact with its content type; it outlives
 // the sandbox.
 func (s *server) agentArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.artifact(w, r, c, "agent run")
+}
+
+// jobArtifact is a file a research job's cleanup kept from its sandbox's
+// artifacts folder (research.ArtifactsDir), or an agent run's.
+func (s *server) jobArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.artifact(w, r, c, "job")
+}
+
+func (s *server) artifact(w http.ResponseWriter, r *http.Request, c *call, noun string) error {
 	job, err := s.job(r, c)
 	if err != nil {
 		return err
@@ -231,7 +241,7 @@ func (s *server) agentArtifact(w http.ResponseWriter, r *http.Request, c *call) 
 	}
 	a, err := s.opts.Store.GetArtifact(r.Context(), job.ID, p)
 	if errors.Is(err, store.ErrNotFound) {
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: job.ClientID, Message: fmt.Sprintf("agent run %q has no artifact %q", job.ClientID, p)}
+		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: job.ClientID, Message: fmt.Sprintf("%s %q has no artifact %q", noun, job.ClientID, p)}
 	}
 	if err != nil {
 		return err

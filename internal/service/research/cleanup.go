@@ -28,7 +28,8 @@ type CleanupOutput struct {
 	Terminated int    `json:"terminated"`
 }
 
-// Cleanup terminates the job's sandboxes and closes the job. It runs on
+// Cleanup keeps the artifacts the job's sandboxes hold (keepArtifacts),
+// terminates the sandboxes and closes the job. It runs on
 // success, from every Catch, and again from the status-change rule and the
 // reaper, so it is idempotent: a second call terminates nothing new and
 // keeps the status the first one set.
@@ -58,6 +59,11 @@ func (p *Phases) Cleanup(ctx context.Context, in CleanupInput) (CleanupOutput, e
 		if status, msg := finalStatus(job, in); status != store.StatusSucceeded {
 			p.salvage(ctx, job, status, msg, log)
 		}
+	}
+	if !job.Status.Terminal() {
+		// The files the job marked as artifacts go with its results
+		// before its sandboxes end.
+		p.keepArtifacts(ctx, job, log)
 	}
 	// Sandboxes next: whatever happens to the record, nothing keeps running.
 	reason := "completed"

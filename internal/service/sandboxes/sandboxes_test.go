@@ -551,3 +551,32 @@ func TestReleaseAll(t *testing.T) {
 		t.Fatalf("entry = %+v", got)
 	}
 }
+
+// A name held by a live sandbox of another deployment sharing the
+// provider (its labels say so) is never adopted nor terminated: the
+// acquire fails with AlreadyExists, and the stranger keeps running.
+func TestAcquireNeverAdoptsAStranger(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxFor(t)
+	stranger, err := e.prov.Provider.Create(ctx, providers.CreateSpec{Name: "j-shared", Labels: sandboxes.Labels("another-deployment"), Lifetime: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.prov.Provider.Terminate(context.Background(), stranger.ID) })
+	_, err = e.m.Acquire(ctx, sandboxes.Request{Owner: sandboxes.JobOwner("j-shared", "acme"), Spec: spec("j-shared", time.Minute)})
+	if providers.CodeOf(err) != providers.AlreadyExists {
+		t.Fatalf("acquire of a name another deployment holds = %v, want AlreadyExists", err)
+	}
+	if !e.alive(t, stranger.ID) {
+		t.Fatal("the other deployment's sandbox was terminated")
+	}
+	if got := e.entry(t, "j-shared"); got.State != store.LedgerTerminated || got.ProviderID == stranger.ID {
+		t.Fatalf("entry = %+v; want it closed without the stranger's id", got)
+	}
+	if _, err := e.m.ReleaseOwner(ctx, sandboxes.JobOwner("j-shared", "acme"), "job done"); err != nil {
+		t.Fatal(err)
+	}
+	if !e.alive(t, stranger.ID) {
+		t.Fatal("releasing the job terminated the other deployment's sandbox")
+	}
+}

@@ -32,6 +32,7 @@ type sandbox struct {
 	createdAt                        time.Time
 	timeout, idle                    time.Duration
 	ports                            []uint32
+	mounts                           []mount
 
 	tags     map[string]string
 	result   *pb.GenericResult // set once finished
@@ -100,24 +101,6 @@ func (s *Server) AppGetOrCreate(_ context.Context, req *pb.AppGetOrCreateRequest
 	return pb.AppGetOrCreateResponse_builder{AppId: id}.Build(), nil
 }
 
-// ImageGetOrCreate records the image; the same definition gets the same id
-// (Modal caches builds). Sandboxes see the host's root whatever it says.
-func (s *Server) ImageGetOrCreate(_ context.Context, req *pb.ImageGetOrCreateRequest) (*pb.ImageGetOrCreateResponse, error) {
-	cmds := req.GetImage().GetDockerfileCommands()
-	if len(cmds) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "image has no Dockerfile commands")
-	}
-	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(req.GetImage())
-	id := "im-" + hashID(b)
-	s.mu.Lock()
-	s.images[id] = cmds[0]
-	s.mu.Unlock()
-	return pb.ImageGetOrCreateResponse_builder{
-		ImageId: id,
-		Result:  pb.GenericResult_builder{Status: pb.GenericResult_GENERIC_STATUS_SUCCESS}.Build(),
-	}.Build(), nil
-}
-
 func (s *Server) ImageJoinStreaming(req *pb.ImageJoinStreamingRequest, stream grpc.ServerStreamingServer[pb.ImageJoinStreamingResponse]) error {
 	s.mu.Lock()
 	_, ok := s.images[req.GetImageId()]
@@ -176,9 +159,21 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "App %s not found", req.GetAppId())
 	}
-	if _, ok := s.images[def.GetImageId()]; !ok {
+	img := s.images[def.GetImageId()]
+	if img == nil {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.NotFound, "Image %s not found", def.GetImageId())
+	}
+	// The image's ENV, under the sandbox's own variables.
+	for k, v := range img.env {
+		if _, ok := env[k]; !ok {
+			env[k] = v
+		}
+	}
+	mounts, err := s.mountsOf(def)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
 	}
 	now := time.Now()
 	if n := faults.CreatesPerSecond; n > 0 {
@@ -214,6 +209,7 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 		tags:         tags,
 		last:         now,
 		procs:        map[string]*proc{},
+		mounts:       mounts,
 	}
 	if sb.workdir == "" {
 		sb.workdir = "/"
@@ -237,8 +233,22 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 	}
 	s.mu.Unlock()
 
-	for _, sub := range []string{"workspace", "tmp", "root"} {
-		if err := os.MkdirAll(filepath.Join(sb.dir, sub), 0o755); err != nil {
+	var dirs []string
+	for _, sub := range snapshotDirs {
+		if img.files != "" {
+			// A snapshot's sandboxes start with its files.
+			if err := copyTree(filepath.Join(img.files, sub), filepath.Join(sb.dir, sub)); err != nil {
+				s.finish(sb, pb.GenericResult_GENERIC_STATUS_FAILURE, "container failed to start: "+err.Error(), false)
+				return nil, status.Errorf(codes.Internal, "creating the sandbox failed: %v", err)
+			}
+		}
+		dirs = append(dirs, filepath.Join(sb.dir, sub))
+	}
+	for _, m := range sb.mounts {
+		dirs = append(dirs, m.dir) // a sub_path is made on first mount
+	}
+	for _, dir := range dirs {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			s.finish(sb, pb.GenericResult_GENERIC_STATUS_FAILURE, "container failed to start: "+err.Error(), false)
 			return nil, status.Errorf(codes.Internal, "creating the sandbox failed: %v", err)
 		}
@@ -249,6 +259,14 @@ func (s *Server) SandboxCreateV2(ctx context.Context, req *pb.SandboxCreateV2Req
 	})
 	s.mu.Unlock()
 	s.log.Info("sandbox created", "sandbox_id", id, "name", sb.name)
+	if d := faults.SlowCreateAnswer; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.stop:
+			t.Stop()
+		}
+	}
 	if lose {
 		return nil, status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers (the answer was lost)")
 	}

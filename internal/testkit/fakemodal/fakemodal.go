@@ -10,10 +10,14 @@
 // named, tagged sandboxes and runs commands in them: token exchange with
 // expiring JWTs, apps, registry images, SandboxCreateV2, GetFromNameV2,
 // GetTaskIdV2, GetCommandRouterAccess, WaitV2, TerminateV2, ListV2 with tags,
-// TagsGetV2, GetTunnelsV2, and on the router TaskExecStart, StdioRead, Wait,
+// TagsGetV2, GetTunnelsV2, volumes (GetOrCreate, Delete, List, and mounts
+// at create, read-only or not), images built on a base image (ENV layers),
+// published image names (Publish, GetByTag, NameDelete, ListTags), and on
+// the router TaskSnapshotFilesystem (images.go), TaskExecStart, StdioRead, Wait,
 // Poll, StdinWrite and StdinWriteStream. Commands run under bubblewrap over
-// the host's root, read-only, with /workspace, /tmp and /root of each
-// sandbox's own; a sandbox whose network is blocked gets no network
+// the host's root, read-only, with /workspace, /tmp, /root and /opt of
+// each sandbox's own (the host's /opt entries bound into the last), which
+// a filesystem snapshot keeps; a sandbox whose network is blocked gets no network
 // namespace of the host's. Images are recorded, not built: every sandbox
 // sees the host's root whatever its image says.
 //
@@ -95,8 +99,17 @@ type Faults struct {
 	// LoseCreateAnswers makes the first n creates make their sandbox and
 	// then answer UNAVAILABLE, as when the answer is lost on the way.
 	LoseCreateAnswers int
-	// SlowCreate delays every create answer.
+	// SlowCreate delays every create before it makes the sandbox; a
+	// client that goes away meanwhile makes none.
 	SlowCreate time.Duration
+	// EchoCredentials makes the fake's refusals and UNAVAILABLE answers
+	// repeat the credential headers of the request, as a misbehaving proxy
+	// does: a client must keep them out of its logs and errors anyway.
+	EchoCredentials bool
+	// SlowCreateAnswer delays every create answer after the sandbox is
+	// made, whether the client waits or not: a client that dies meanwhile
+	// leaves a sandbox it never heard of.
+	SlowCreateAnswer time.Duration
 }
 
 // ErrNoBubblewrap is wrapped by New's error when bubblewrap cannot run a
@@ -110,6 +123,7 @@ type Server struct {
 	log      *slog.Logger
 	bwrap    string
 	rootArgs []string
+	optBinds []string // the host's /opt entries, bound over each sandbox's own /opt
 	dir      string
 	ownDir   bool
 	key      []byte // signs the JWTs
@@ -122,9 +136,12 @@ type Server struct {
 	routerCalls int
 	burst       int // UNAVAILABLE answers still due in the current burst
 	tokens      int
-	creates     []time.Time       // create times in the last second
-	apps        map[string]string // "env/name" -> app id
-	images      map[string]string // image id -> first dockerfile command
+	creates     []time.Time        // create times in the last second
+	apps        map[string]string  // "env/name" -> app id
+	images      map[string]*image  // by image id
+	published   map[string]*named  // "env/name:tag" -> the image it names
+	snapshots   map[string]string  // snapshot_id -> image id (the idempotency key)
+	volumes     map[string]*volume // "env/name" -> volume
 	sandboxes   map[string]*sandbox
 	tasks       map[string]*sandbox // task id -> sandbox
 	stats       Stats
@@ -160,18 +177,30 @@ func New(opts Options) (*Server, error) {
 		}
 		bwrap = p
 	}
-	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace")
+	rootArgs, err := bwrapbox.RootArgs("/tmp", "/root", "/workspace", "/opt")
 	if err != nil {
 		return nil, err
+	}
+	// /opt is each sandbox's own (a snapshot keeps what a build put
+	// there), with the host's entries of /opt bound into it read-only.
+	rootArgs = append(rootArgs, "--dir", "/opt")
+	var optBinds []string
+	if entries, err := os.ReadDir("/opt"); err == nil {
+		for _, e := range entries {
+			optBinds = append(optBinds, "--ro-bind", "/opt/"+e.Name(), "/opt/"+e.Name())
+		}
 	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	s := &Server{
-		opts: opts, log: log, bwrap: bwrap, rootArgs: rootArgs, dir: opts.Dir, key: key,
+		opts: opts, log: log, bwrap: bwrap, rootArgs: rootArgs, optBinds: optBinds, dir: opts.Dir, key: key,
 		instance:  randomID(8),
 		faults:    opts.Faults,
 		apps:      map[string]string{},
-		images:    map[string]string{},
+		images:    map[string]*image{},
+		published: map[string]*named{},
+		snapshots: map[string]string{},
+		volumes:   map[string]*volume{},
 		sandboxes: map[string]*sandbox{},
 		tasks:     map[string]*sandbox{},
 	}
@@ -255,13 +284,22 @@ func (s *Server) admit(ctx context.Context, method string) error {
 		}
 		return ""
 	}
+	s.mu.Lock()
+	echo := ""
+	if s.faults.EchoCredentials {
+		for _, k := range []string{"x-modal-token-id", "x-modal-token-secret", "x-modal-auth-token", "authorization"} {
+			echo += fmt.Sprintf(" %s: %s", k, get(k))
+		}
+		echo = " (request headers:" + echo + ")"
+	}
+	s.mu.Unlock()
 	switch {
 	case strings.HasPrefix(method, controlPrefix):
 		// Constant-time comparisons; never echo what was sent.
 		if !hmac.Equal([]byte(get("x-modal-token-id")), []byte(s.opts.TokenID)) ||
 			!hmac.Equal([]byte(get("x-modal-token-secret")), []byte(s.opts.TokenSecret)) {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "Token ID or secret is invalid. Please check your Modal token.")
+			return status.Error(codes.Unauthenticated, "Token ID or secret is invalid. Please check your Modal token."+echo)
 		}
 		name := strings.TrimPrefix(method, controlPrefix)
 		if name == "AuthTokenGet" {
@@ -269,18 +307,18 @@ func (s *Server) admit(ctx context.Context, method string) error {
 		}
 		if err := s.verifyJWT(get("x-modal-auth-token"), "auth"); err != nil {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "invalid x-modal-auth-token: "+err.Error())
+			return status.Error(codes.Unauthenticated, "invalid x-modal-auth-token: "+err.Error()+echo)
 		}
-		return s.injectUnavailable()
+		return s.injectUnavailable(echo)
 	case strings.HasPrefix(method, routerPrefix):
 		auth := get("authorization")
 		tok, ok := strings.CutPrefix(auth, "Bearer ")
 		if !ok {
-			return status.Error(codes.Unauthenticated, "missing bearer token")
+			return status.Error(codes.Unauthenticated, "missing bearer token"+echo)
 		}
 		if err := s.verifyJWT(tok, "router"); err != nil {
 			s.count(func(st *Stats) { st.Unauthenticated++ })
-			return status.Error(codes.Unauthenticated, "invalid command router token: "+err.Error())
+			return status.Error(codes.Unauthenticated, "invalid command router token: "+err.Error()+echo)
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -288,14 +326,14 @@ func (s *Server) admit(ctx context.Context, method string) error {
 			s.routerCalls++
 			if s.routerCalls%n == 0 {
 				s.stats.RouterUnavailable++
-				return status.Error(codes.Unavailable, "command router unavailable")
+				return status.Error(codes.Unavailable, "command router unavailable"+echo)
 			}
 		}
 	}
 	return nil
 }
 
-func (s *Server) injectUnavailable() error {
+func (s *Server) injectUnavailable(echo string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.faults.UnavailableEvery <= 0 {
@@ -304,13 +342,13 @@ func (s *Server) injectUnavailable() error {
 	if s.burst > 0 {
 		s.burst--
 		s.stats.Unavailable++
-		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers")
+		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers"+echo)
 	}
 	s.calls++
 	if s.calls%s.faults.UnavailableEvery == 0 {
 		s.burst = max(s.faults.UnavailableBurst, 1) - 1
 		s.stats.Unavailable++
-		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers")
+		return status.Error(codes.Unavailable, "upstream connect error or disconnect/reset before headers"+echo)
 	}
 	return nil
 }

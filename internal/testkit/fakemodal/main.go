@@ -23,7 +23,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := fs.String("dir", "", "where sandboxes keep their files (default: a temporary folder)")
 	rate := fs.Int("creates-per-second", 0, "fault: refuse creates beyond this many per second with RESOURCE_EXHAUSTED (Modal's default is 5; 0 = no limit)")
 	unavailable := fs.Int("unavailable-every", 0, "fault: answer every n-th control-plane call UNAVAILABLE (0 = never)")
-	slow := fs.Duration("slow-create", 0, "fault: delay every create answer this long")
+	slow := fs.Duration("slow-create", 0, "fault: delay every create this long before it makes the sandbox")
+	slowAnswer := fs.Duration("slow-create-answer", 0, "fault: delay every create answer this long after the sandbox is made")
+	routerUnavailable := fs.Int("router-unavailable-every", 0, "fault: answer every n-th command router call UNAVAILABLE (0 = never)")
+	lose := fs.Int("lose-create-answers", 0, "fault: the first n creates make their sandbox and answer UNAVAILABLE")
+	echo := fs.Bool("echo-credentials", false, "fault: refusals and UNAVAILABLE answers repeat the request's credential headers")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -37,7 +41,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := Start(Options{
 		TokenID: tokenID, TokenSecret: tokenSecret, Dir: *dir,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)),
-		Faults: Faults{CreatesPerSecond: *rate, UnavailableEvery: *unavailable, SlowCreate: *slow},
+		Faults: Faults{CreatesPerSecond: *rate, UnavailableEvery: *unavailable, SlowCreate: *slow, SlowCreateAnswer: *slowAnswer,
+			RouterUnavailableEvery: *routerUnavailable, LoseCreateAnswers: *lose, EchoCredentials: *echo},
 	}, *addr)
 	if err != nil {
 		return err

@@ -172,8 +172,18 @@ func (r *routerServer) TaskExecStart(_ context.Context, req *pb.TaskExecStartReq
 	if sb.blockNetwork {
 		bargs = append(bargs, "--unshare-net")
 	}
-	for _, m := range []struct{ sub, at string }{{"workspace", "/workspace"}, {"tmp", "/tmp"}, {"root", "/root"}} {
-		bargs = append(bargs, "--bind", filepath.Join(sb.dir, m.sub), m.at)
+	for _, sub := range snapshotDirs {
+		bargs = append(bargs, "--bind", filepath.Join(sb.dir, sub), "/"+sub)
+	}
+	bargs = append(bargs, s.optBinds...)
+	// Volumes after the sandbox's own directories: one mounted at
+	// /workspace takes its place.
+	for _, m := range sb.mounts {
+		bind := "--bind"
+		if m.readOnly {
+			bind = "--ro-bind"
+		}
+		bargs = append(bargs, bind, m.dir, m.path)
 	}
 	bargs = append(bargs, "--chdir", workdir, "--")
 	bargs = append(bargs, args...)
@@ -420,12 +430,13 @@ func (s *Server) probe() error {
 	}
 	defer os.RemoveAll(d)
 	args := slices.Clone(s.rootArgs)
-	for _, m := range []struct{ sub, at string }{{"workspace", "/workspace"}, {"tmp", "/tmp"}, {"root", "/root"}} {
-		if err := os.Mkdir(filepath.Join(d, m.sub), 0o755); err != nil {
+	for _, sub := range snapshotDirs {
+		if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
 			return fmt.Errorf("fakemodal: %w", err)
 		}
-		args = append(args, "--bind", filepath.Join(d, m.sub), m.at)
+		args = append(args, "--bind", filepath.Join(d, sub), "/"+sub)
 	}
+	args = append(args, s.optBinds...)
 	args = append(args, "--unshare-net", "--", "/bin/sh", "-c", "test -d /workspace && test -w /tmp")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

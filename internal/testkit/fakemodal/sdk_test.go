@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -60,8 +61,9 @@ func sdkClient(t *testing.T, f *fakemodal.Running, secret string) *modal.Client 
 // app, registry image, a named and tagged V2 sandbox, exec with stdin and
 // both streams, lookup by name, the name conflict, terminate and wait.
 func TestOfficialSDK(t *testing.T) {
-	// The first token expires almost at once: the SDK must refresh it.
-	f := start(t, fakemodal.Options{FirstTokenTTL: 2 * time.Second})
+	// The first token expires almost at once: the SDK must refresh it; so
+	// do the command router's JWTs.
+	f := start(t, fakemodal.Options{FirstTokenTTL: 2 * time.Second, RouterTokenTTL: 2 * time.Second})
 	c := sdkClient(t, f, testTokenSecret)
 	ctx := t.Context()
 
@@ -211,5 +213,293 @@ func TestMainServes(t *testing.T) {
 	}
 	if err := fakemodal.Main(t.Context(), []string{"-addr", "0.0.0.0:0", "-token-id-env", "FAKE_MODAL_ID", "-token-secret-env", "FAKE_MODAL_SECRET"}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "loopback") {
 		t.Errorf("Main on a public address: %v", err)
+	}
+}
+
+// TestSDKVolumesAndTags: volumes by name (a lookup that misses is
+// NotFoundError), mounted read-write and read-only, kept across sandboxes
+// and deleted; List by tags finds exactly the tagged sandboxes.
+func TestSDKVolumesAndTags(t *testing.T) {
+	f := start(t, fakemodal.Options{})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-vol", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := c.Images.FromRegistry("python:3.12-slim", nil)
+	if _, err := c.Volumes.FromName(ctx, "sdk-data", nil); !errors.As(err, new(modal.NotFoundError)) {
+		t.Fatalf("FromName of a missing volume: %v; want NotFoundError", err)
+	}
+	vol, err := c.Volumes.FromName(ctx, "sdk-data", &modal.VolumeFromNameParams{CreateIfMissing: true})
+	if err != nil || !strings.HasPrefix(vol.VolumeID, "vo-") {
+		t.Fatalf("Volumes.FromName(create): %+v, %v", vol, err)
+	}
+	if again, err := c.Volumes.FromName(ctx, "sdk-data", nil); err != nil || again.VolumeID != vol.VolumeID {
+		t.Fatalf("FromName of the volume: %+v, %v; want %s", again, err, vol.VolumeID)
+	}
+	run := func(sb *modal.Sandbox, script string) (string, int) {
+		t.Helper()
+		p, err := sb.Exec(ctx, []string{"sh", "-c", script}, nil)
+		if err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		out, _ := io.ReadAll(p.Stdout)
+		code, err := p.Wait(ctx, nil)
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		return string(out), code
+	}
+	writer, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{
+		Volumes: map[string]*modal.Volume{"/data": vol}, Tags: map[string]string{"role": "writer", "job": "j1"}, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatalf("Create with a volume: %v", err)
+	}
+	other, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Tags: map[string]string{"role": "other", "job": "j1"}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, code := run(writer, "echo kept > /data/note"); code != 0 {
+		t.Fatalf("writing to the volume: exit %d", code)
+	}
+	list := func(tags map[string]string) []string {
+		t.Helper()
+		it, err := c.Sandboxes.List(ctx, &modal.SandboxListParams{AppID: app.AppID, Tags: tags})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for sb, err := range it {
+			if err != nil {
+				t.Fatalf("List: %v", err)
+			}
+			ids = append(ids, sb.SandboxID)
+		}
+		return ids
+	}
+	if got := list(map[string]string{"role": "writer", "job": "j1"}); len(got) != 1 || got[0] != writer.SandboxID {
+		t.Errorf("List(role=writer, job=j1) = %v; want [%s]", got, writer.SandboxID)
+	}
+	if got := list(map[string]string{"job": "j1"}); len(got) != 2 {
+		t.Errorf("List(job=j1) = %v; want both", got)
+	}
+	if got := list(map[string]string{"job": "j2"}); len(got) != 0 {
+		t.Errorf("List(job=j2) = %v; want none", got)
+	}
+	for _, sb := range []*modal.Sandbox{writer, other} {
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := list(map[string]string{"job": "j1"}); len(got) != 0 {
+		t.Errorf("List after terminate = %v; want none", got)
+	}
+
+	ro := true
+	reader, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{
+		Volumes: map[string]*modal.Volume{"/data": vol.WithMountOptions(&modal.VolumeMountOptionsParams{ReadOnly: &ro})}, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(reader, "cat /data/note"); out != "kept\n" {
+		t.Errorf("a later sandbox reads %q from the volume", out)
+	}
+	if _, code := run(reader, "echo x > /data/new 2>/dev/null"); code == 0 {
+		t.Error("a read-only mount took a write")
+	}
+	if _, err := reader.Terminate(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Volumes.Delete(ctx, "sdk-data", nil); err != nil {
+		t.Fatalf("Volumes.Delete: %v", err)
+	}
+	if _, err := c.Volumes.FromName(ctx, "sdk-data", nil); !errors.As(err, new(modal.NotFoundError)) {
+		t.Errorf("FromName after Delete: %v; want NotFoundError", err)
+	}
+	if err := c.Volumes.Delete(ctx, "sdk-data", &modal.VolumeDeleteParams{AllowMissing: true}); err != nil {
+		t.Errorf("Delete of a missing volume with AllowMissing: %v", err)
+	}
+}
+
+// TestSDKRetryableFaults: the SDK rides out what the fake's retryable
+// faults inject: RESOURCE_EXHAUSTED with Modal's RPCRetryPolicy on creates,
+// UNAVAILABLE on the control plane and on the command router.
+func TestSDKRetryableFaults(t *testing.T) {
+	f := start(t, fakemodal.Options{Faults: fakemodal.Faults{CreatesPerSecond: 1, UnavailableEvery: 4, RouterUnavailableEvery: 3}})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-faults", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := c.Images.FromRegistry("python:3.12-slim", nil)
+	var sbs []*modal.Sandbox
+	for i := range 3 {
+		sb, err := c.Sandboxes.Create(ctx, app, img, &modal.SandboxCreateParams{Name: fmt.Sprintf("fault-%d", i), Timeout: time.Minute})
+		if err != nil {
+			t.Fatalf("Create #%d under faults: %v", i, err)
+		}
+		sbs = append(sbs, sb)
+		p, err := sb.Exec(ctx, []string{"echo", "ok"}, nil)
+		if err != nil {
+			t.Fatalf("Exec under faults: %v", err)
+		}
+		out, _ := io.ReadAll(p.Stdout)
+		if code, err := p.Wait(ctx, nil); err != nil || code != 0 || string(out) != "ok\n" {
+			t.Errorf("exec under faults: %q, exit %d, %v", out, code, err)
+		}
+	}
+	for _, sb := range sbs {
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Errorf("Terminate under faults: %v", err)
+		}
+	}
+	if s := f.Stats(); s.RateLimited == 0 || s.Unavailable == 0 || s.RouterUnavailable == 0 {
+		t.Errorf("the faults were not all met: %+v", s)
+	}
+}
+
+// TestSDKStaleContainer: after the fake removes a running sandbox's
+// container, the SDK's exec fails (router NOT_FOUND, or the router access
+// refused for a finished task) and Wait reports it terminated.
+func TestSDKStaleContainer(t *testing.T) {
+	f := start(t, fakemodal.Options{})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-stale", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("python:3.12-slim", nil), &modal.SandboxCreateParams{Name: "stale", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.Vanish(sb.SandboxID) {
+		t.Fatal("Vanish found no running sandbox")
+	}
+	if p, err := sb.Exec(ctx, []string{"true"}, nil); err == nil {
+		if _, err := p.Wait(ctx, nil); err == nil {
+			t.Error("exec into a removed container succeeded")
+		}
+	}
+	if code, err := sb.Wait(ctx, nil); err != nil || code != 137 {
+		t.Errorf("Wait of a removed container = %d, %v; want 137 (terminated)", code, err)
+	}
+	if _, err := c.Sandboxes.FromName(ctx, "sdk-stale", "stale", nil); !errors.As(err, new(modal.NotFoundError)) {
+		t.Errorf("FromName of a removed container: %v; want NotFoundError", err)
+	}
+}
+
+// TestSDKExecTimeout: an exec's timeout_secs ends the command on the
+// fake's side, with the SDK's reading of how it ended.
+func TestSDKExecTimeout(t *testing.T) {
+	f := start(t, fakemodal.Options{})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-timeout", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := c.Sandboxes.Create(ctx, app, c.Images.FromRegistry("python:3.12-slim", nil), &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Terminate(context.WithoutCancel(ctx), nil)
+	began := time.Now()
+	p, err := sb.Exec(ctx, []string{"sh", "-c", "sleep 60 & sleep 60"}, &modal.SandboxExecParams{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.Wait(ctx, nil)
+	t.Logf("exec past its timeout: exit %d, %v after %s", code, err, time.Since(began).Round(time.Millisecond))
+	if err == nil && code == 0 {
+		t.Error("an exec past its timeout ended well")
+	}
+	if time.Since(began) > 30*time.Second {
+		t.Error("the exec's timeout did not end it")
+	}
+}
+
+// TestSDKFilesystemSnapshot: the SDK's filesystem snapshot is an image
+// that new sandboxes start from, with the files the first one wrote; an
+// ENV layer built on it by the SDK sets the environment; a published name
+// finds it; a sandbox from a plain image does not see the files.
+func TestSDKFilesystemSnapshot(t *testing.T) {
+	f := start(t, fakemodal.Options{})
+	c := sdkClient(t, f, testTokenSecret)
+	ctx := t.Context()
+	app, err := c.Apps.FromName(ctx, "sdk-snap", &modal.AppFromNameParams{CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := c.Images.FromRegistry("python:3.12-slim", nil)
+	run := func(sb *modal.Sandbox, script string) string {
+		t.Helper()
+		p, err := sb.Exec(ctx, []string{"sh", "-c", script}, nil)
+		if err != nil {
+			t.Fatalf("Exec: %v", err)
+		}
+		out, _ := io.ReadAll(p.Stdout)
+		if _, err := p.Wait(ctx, nil); err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+		return string(out)
+	}
+	// An image from commands on the registry image, as [provider.modal]
+	// image_commands make one.
+	withCommands := base.DockerfileCommands([]string{"RUN pip install httpx", `ENV FROM_COMMANDS=yes`}, nil)
+	if _, err := withCommands.Build(ctx, app, nil); err != nil || !strings.HasPrefix(withCommands.ImageID, "im-") {
+		t.Fatalf("an image from commands: %q, %v", withCommands.ImageID, err)
+	}
+	builder, err := c.Sandboxes.Create(ctx, app, withCommands, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(builder, `echo "$FROM_COMMANDS"`); out != "yes\n" {
+		t.Errorf("the ENV of an image from commands: %q", out)
+	}
+	run(builder, "mkdir -p /opt/tool && echo built > /opt/tool/mark && echo ws > /workspace/w")
+	snap, err := builder.SnapshotFilesystem(ctx, &modal.SandboxSnapshotFilesystemParams{TTL: modal.NoExpiryTTL})
+	if err != nil || !strings.HasPrefix(snap.ImageID, "im-") {
+		t.Fatalf("SnapshotFilesystem: %+v, %v", snap, err)
+	}
+	if _, err := builder.Terminate(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	layered := snap.DockerfileCommands([]string{`ENV GREETING="hello there"`}, nil)
+	if _, err := layered.Build(ctx, app, nil); err != nil {
+		t.Fatalf("building on the snapshot: %v", err)
+	}
+	if err := layered.Publish(ctx, "sdk-snap-image:v1", nil); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	named, err := c.Images.FromName(ctx, "sdk-snap-image:v1", nil)
+	if err != nil || named.ImageID != layered.ImageID {
+		t.Fatalf("Images.FromName = %+v, %v; want %s", named, err, layered.ImageID)
+	}
+	if _, err := c.Images.FromName(ctx, "sdk-snap-image:v2", nil); !errors.As(err, new(modal.NotFoundError)) {
+		t.Errorf("FromName of an unpublished tag: %v; want NotFoundError", err)
+	}
+	child, err := c.Sandboxes.Create(ctx, app, named, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(child, `cat /opt/tool/mark /workspace/w; echo "$GREETING"`); out != "built\nws\nhello there\n" {
+		t.Errorf("a sandbox from the snapshot sees %q", out)
+	}
+	plain, err := c.Sandboxes.Create(ctx, app, base, &modal.SandboxCreateParams{Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(plain, "test -e /opt/tool/mark && echo present || echo absent"); out != "absent\n" {
+		t.Errorf("a plain sandbox sees the snapshot's files: %q", out)
+	}
+	for _, sb := range []*modal.Sandbox{child, plain} {
+		if _, err := sb.Terminate(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

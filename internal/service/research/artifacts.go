@@ -1,0 +1,162 @@
+package research
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandstep/sandstep/internal/service/direct"
+	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/providers"
+)
+
+// ArtifactsDir is where whatever runs in a job's sandbox (the summarizing
+// agent's charts, say) puts the files the job keeps: Cleanup copies them
+// into the job's stored artifacts before it terminates the sandbox, on
+// every provider, through the provider's own exec and file calls.
+const ArtifactsDir = "/workspace/artifacts"
+
+// MaxArtifacts is how many files a job keeps; each is at most
+// store.MaxArtifactBytes. Files past either limit are named in the
+// cleanup's event and left behind.
+const MaxArtifacts = 64
+
+// artifactsTimeout bounds the copy, so that a sandbox that stopped
+// answering does not hold the cleanup.
+const artifactsTimeout = 2 * time.Minute
+
+// keepArtifacts copies ArtifactsDir of each of the job's live sandboxes
+// into the job's artifacts, with a file.written event each. A sandbox that
+// is gone has nothing to give; other failures are logged, not fatal: the
+// sandboxes are terminated whatever happens here.
+func (p *Phases) keepArtifacts(ctx context.Context, job store.Job, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, artifactsTimeout)
+	defer cancel()
+	r := &run{p: p, job: job, log: log, use: &usageMeter{}, usageKey: "artifacts"}
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	defer r.cancel(nil)
+	defer func() {
+		if err := r.recordUsage(); err != nil {
+			log.Warn("artifacts: record usage", "err", err)
+		}
+	}()
+	entries, err := p.Sandboxes.Held(ctx, jobOwner(job))
+	if err != nil {
+		log.Warn("artifacts: ledger", "err", err)
+		return
+	}
+	kept := 0
+	for _, e := range entries {
+		if e.ProviderID == "" {
+			continue
+		}
+		n, err := r.copyArtifacts(e.ProviderID, MaxArtifacts-kept)
+		kept += n
+		switch {
+		case providers.IsNotFound(err):
+			log.Info("artifacts: the sandbox is gone; nothing to keep", "sandbox_id", e.ProviderID)
+		case err != nil:
+			log.Warn("artifacts: not all were kept", "sandbox_id", e.ProviderID, "err", err)
+		}
+	}
+	if kept > 0 {
+		log.Info("artifacts kept", "files", kept)
+	}
+}
+
+// copyArtifacts copies up to room files of one sandbox's ArtifactsDir.
+func (r *run) copyArtifacts(id string, room int) (int, error) {
+	var list, stderr bytes.Buffer
+	res, err := r.exec(id, providers.ExecRequest{
+		Shell:  "[ -d " + ArtifactsDir + " ] || exit 0; cd " + ArtifactsDir + " && find . -type f -printf '%s %P\\0' | head -c 1048576",
+		Stdout: &list, Stderr: &stderr, Timeout: time.Minute,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if res.ExitCode != 0 {
+		return 0, fmt.Errorf("listing %s exited %d: %s", ArtifactsDir, res.ExitCode, firstLine(stderr.String()))
+	}
+	recs := bytes.Split(list.Bytes(), []byte{0})
+	// By path, so that which are kept past the limit does not depend on
+	// the file system's order.
+	sort.Slice(recs, func(i, j int) bool {
+		_, a, _ := bytes.Cut(recs[i], []byte(" "))
+		_, b, _ := bytes.Cut(recs[j], []byte(" "))
+		return bytes.Compare(a, b) < 0
+	})
+	kept := 0
+	var errs []error
+	for _, rec := range recs {
+		size, name, ok := strings.Cut(string(rec), " ")
+		n, perr := strconv.ParseInt(size, 10, 64)
+		if !ok || perr != nil || name == "" {
+			continue
+		}
+		var skip string
+		switch {
+		case kept >= room:
+			skip = fmt.Sprintf("more than %d artifacts", MaxArtifacts)
+		case n > store.MaxArtifactBytes:
+			skip = fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
+		}
+		var data bytes.Buffer
+		if skip == "" {
+			_, err := r.p.Provider.ReadFile(r.ctx, id, providers.ReadFileRequest{Path: ArtifactsDir + "/" + name, Limit: store.MaxArtifactBytes + 1}, &data)
+			if providers.IsNotFound(err) {
+				// Removed since it was listed, or the sandbox went.
+				if sb, gerr := r.p.Provider.Get(r.ctx, id); providers.IsNotFound(gerr) || gerr == nil && sb.State == providers.StateTerminated {
+					return kept, err
+				}
+				continue
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("read %s: %w", name, err))
+				continue
+			}
+			if data.Len() > store.MaxArtifactBytes {
+				skip = fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
+			}
+		}
+		if skip != "" {
+			if err := r.artifactEvent("artifact:skipped:"+name, map[string]any{"path": name, "size": n, "message": "artifact " + name + " left behind: " + skip}); err != nil {
+				return kept, err
+			}
+			continue
+		}
+		a := store.Artifact{Path: name, ContentType: direct.ContentType(name), Data: data.Bytes()}
+		if err := r.p.Store.PutArtifact(r.ctx, r.job.ID, a); err != nil {
+			return kept, err
+		}
+		kept++
+		if err := r.artifactEvent("file:"+name+":"+strconv.Itoa(data.Len()), map[string]any{
+			"path": name, "size": data.Len(), "content_type": a.ContentType, "message": "artifact " + name + " kept",
+		}); err != nil {
+			return kept, err
+		}
+	}
+	return kept, errors.Join(errs...)
+}
+
+// artifactEvent appends one event of the cleanup; its key makes a
+// repeated cleanup add none twice.
+func (r *run) artifactEvent(key string, data map[string]any) error {
+	typ := "file.written"
+	data["stage"], data["status"] = string(store.StepCleanup), "complete"
+	if strings.HasPrefix(key, "artifact:skipped:") {
+		typ, data["status"] = string(store.StepCleanup), "warning"
+	}
+	b, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	_, err = r.p.Store.AppendEvents(r.ctx, r.job.ID, []store.Event{{Key: key, Type: typ, Data: b}})
+	return err
+}

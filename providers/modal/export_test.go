@@ -1,0 +1,4 @@
+package modal
+
+// Redact is redact, for the tests.
+var Redact = redact
