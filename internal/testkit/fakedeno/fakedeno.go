@@ -69,6 +69,7 @@ type Server struct {
 	ownDir bool
 	bwrap  string
 	deno   string
+	self   string   // this executable, the waiter of every command ("" if unknown)
 	root   []string // bwrap arguments rebuilding the host's root read-only
 
 	proxyAddr string // set by Start: the egress proxy's host:port
@@ -113,6 +114,7 @@ func New(opts Options) (*Server, error) {
 	if s.deno == "" {
 		s.deno, _ = exec.LookPath("deno") // spawnDeno answers an error without it
 	}
+	s.self, _ = os.Executable()
 	if s.root, err = hostRootArgs(); err != nil {
 		return nil, err
 	}
