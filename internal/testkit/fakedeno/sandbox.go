@@ -153,6 +153,11 @@ func (s *Server) newSandbox(cfg config) (sb *sandbox, status int, code, msg stri
 		if !sb.stopAt.After(now) {
 			return bad("stop_at_ms is in the past")
 		}
+		// Deno's sandboxes live "up to 30 minutes" at a time; longer is
+		// extendTimeout's business. A second of slack for the clocks.
+		if sb.stopAt.After(now.Add(maxLifetime + time.Second)) {
+			return bad("stop_at_ms is %s away: a sandbox lives at most %s before it is extended", time.Until(sb.stopAt).Round(time.Second), maxLifetime)
+		}
 	}
 	for name, sec := range cfg.Secrets {
 		sb.secrets[name] = secret{hosts: sec.Hosts, value: sec.Value, placeholder: "DENO_SECRET_PLACEHOLDER_" + randomHex(16)}
@@ -351,8 +356,12 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
-// maxExtend is the most one extend call adds.
-const maxExtend = 30 * time.Minute
+// maxExtend is the most one extend call adds; maxLifetime the longest
+// lifetime a create may ask for.
+const (
+	maxExtend   = 30 * time.Minute
+	maxLifetime = 30 * time.Minute
+)
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	sb := s.regionalSandbox(w, r)
