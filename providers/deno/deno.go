@@ -79,6 +79,10 @@ type Provider struct {
 	volumes  map[string]map[string]string
 	snaps    map[string]map[string]string
 	building map[string]*flight
+	// detaching holds the volumes of sandboxes this process killed, until
+	// when Deno may still hold them attached (it detaches a moment after
+	// the kill).
+	detaching map[string]time.Time
 }
 
 type configured struct {
@@ -113,16 +117,17 @@ func New() *Provider {
 	t.Proxy = nil // the plugin must not pick up a proxy by accident
 	t.MaxIdleConnsPerHost = 32
 	return &Provider{
-		log:      plugin.Logger("provider", "deno"),
-		now:      time.Now,
-		hc:       &http.Client{Transport: t},
-		conns:    map[string]*rpcConn{},
-		records:  map[string]*record{},
-		naming:   map[string]*nameLock{},
-		names:    map[string]string{},
-		volumes:  map[string]map[string]string{},
-		snaps:    map[string]map[string]string{},
-		building: map[string]*flight{},
+		log:       plugin.Logger("provider", "deno"),
+		now:       time.Now,
+		hc:        &http.Client{Transport: t},
+		conns:     map[string]*rpcConn{},
+		records:   map[string]*record{},
+		naming:    map[string]*nameLock{},
+		names:     map[string]string{},
+		volumes:   map[string]map[string]string{},
+		snaps:     map[string]map[string]string{},
+		building:  map[string]*flight{},
+		detaching: map[string]time.Time{},
 	}
 }
 
@@ -528,6 +533,11 @@ func (p *Provider) prune(now time.Time) {
 	for id, rc := range p.conns {
 		if !rc.alive() {
 			delete(p.conns, id)
+		}
+	}
+	for v, until := range p.detaching {
+		if now.After(until) {
+			delete(p.detaching, v)
 		}
 	}
 }

@@ -126,6 +126,11 @@ func (p *Provider) kill(ctx context.Context, cfg *configured, id string) error {
 	}
 	p.mu.Lock()
 	rc := p.conns[id]
+	if r := p.records[id]; r != nil {
+		for _, m := range r.mounts {
+			p.detaching[m.Volume] = time.Now().Add(detachWait)
+		}
+	}
 	delete(p.conns, id)
 	delete(p.records, id)
 	p.mu.Unlock()

@@ -435,15 +435,37 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
-	if err != nil && !providers.IsNotFound(err) {
-		return err
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+		err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
+		if err == nil || providers.IsNotFound(err) {
+			break
+		}
+		// Deno answers 409 for a volume attached to a running sandbox and
+		// for one whose sandbox this process just killed: only the second
+		// goes by itself, within detachWait.
+		p.mu.Lock()
+		until, killed := p.detaching[slug]
+		p.mu.Unlock()
+		if !isStatus(err, http.StatusConflict) || !killed || time.Now().Add(delay).After(until) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return providers.Wrap(providers.DeadlineExceeded, op, ctx.Err())
+		case <-time.After(delay):
+		}
 	}
 	p.mu.Lock()
 	delete(p.volumes, slug)
+	delete(p.detaching, slug)
 	p.mu.Unlock()
 	return nil
 }
+
+// detachWait is how long after a kill Deno may still hold the sandbox's
+// volumes attached: it detaches them asynchronously, "about 5 s" as seen
+// by others (shared/contracts/deno-sandbox-api.md, section 3).
+const detachWait = 15 * time.Second
 
 // ListVolumes returns the volumes carrying the labels; see ListSnapshots
 // on where labels live.

@@ -54,6 +54,11 @@ type Options struct {
 	// Hosts maps host names the sandboxes use (such as api.example.test) to
 	// the 127.0.0.1 addresses the proxy dials for them.
 	Hosts map[string]string
+	// DetachDelay is how long a stopped sandbox's volumes stay attached:
+	// Deno detaches them a moment after the kill, and until then refuses
+	// to attach, snapshot or delete them (409). 0 means 300ms; < 0 detaches
+	// at once.
+	DetachDelay time.Duration
 	// ExposeDomain is the domain exposed ports get names under; "" means
 	// "sandbox.fake.invalid". Nothing is served there.
 	ExposeDomain string
@@ -90,6 +95,9 @@ var ErrNoBubblewrap = errors.New("fakedeno: bubblewrap is not usable")
 func New(opts Options) (*Server, error) {
 	if opts.MaxSandboxes <= 0 {
 		opts.MaxSandboxes = 5
+	}
+	if opts.DetachDelay == 0 {
+		opts.DetachDelay = 300 * time.Millisecond
 	}
 	if opts.ExposeDomain == "" {
 		opts.ExposeDomain = "sandbox.fake.invalid"

@@ -249,6 +249,12 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	s.serveSocket(w, r, sb, false)
 }
 
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 func (sb *sandbox) isStopped(s *Server) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -323,13 +329,20 @@ func (s *Server) stop(sb *sandbox, why string) {
 	for _, c := range conns {
 		_ = c.ws.Close(websocket.StatusNormalClosure, why)
 	}
-	s.mu.Lock()
-	for _, v := range s.volumes {
-		if v.attachedTo == sb.id {
-			v.attachedTo = ""
+	detach := func() {
+		s.mu.Lock()
+		for _, v := range s.volumes {
+			if v.attachedTo == sb.id {
+				v.attachedTo = ""
+			}
 		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
+	if d := s.opts.DetachDelay; d > 0 && !s.isClosed() {
+		time.AfterFunc(d, detach)
+	} else {
+		detach()
+	}
 	if sb.rootVolume == "" {
 		_ = os.RemoveAll(sb.dir)
 	}

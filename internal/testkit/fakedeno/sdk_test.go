@@ -254,6 +254,7 @@ func TestOfficialSDKEdges(t *testing.T) {
 		BadTokenConsole, BadTokenCreate, SlugTaken, BadSlug, TooSmall *sdkError
 		TooLong, SecondAttach, SnapshotAttached, DeleteAttached       *sdkError
 		KillAfterExit, MissingProgram, ConnectAfterKill, Sixth        *sdkError
+		SnapshotRightAfterKill                                        *sdkError
 		FirstPage                                                     int
 		HasMore                                                       bool
 		Paged                                                         []string
@@ -301,6 +302,7 @@ func TestOfficialSDKEdges(t *testing.T) {
 	check("closing the sockets leaves a duration sandbox running", got.AfterCloses == "running" && got.Reconnected == "written before the reconnect")
 	check("connect after the kill fails", got.ConnectAfterKill != nil && got.ConnectAfterKill.Ctor == "ConnectionEstablishmentError")
 	check("a killed sandbox is listed stopped", got.AfterKill == "stopped")
+	check("right after the kill the volume is still attached", is(got.SnapshotRightAfterKill, "ApiError", 409, ""))
 	check("the volume is snapshotted once detached", got.DetachedSnapshot != "")
 	check("a session sandbox stops with its primary socket", got.SessionAfterClose == "stopped")
 	check("a sixth sandbox is refused with 429", is(got.Sixth, "ConnectionEstablishmentError", 429, ""))

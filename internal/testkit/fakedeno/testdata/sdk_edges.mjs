@@ -13,6 +13,18 @@ const slug = "edge-" + process.env.RUN_ID;
 function shape(e) {
   return { name: e?.name ?? null, ctor: e?.constructor?.name ?? null, status: e?.status ?? null, code: e?.code ?? null };
 }
+// Deno detaches a killed sandbox's volumes a moment after the kill and
+// answers 409 until then.
+async function whenDetached(f) {
+  for (let i = 0; ; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (e?.status !== 409 || i >= 100) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
 async function failure(f) {
   try {
     await f();
@@ -85,7 +97,8 @@ out.connectAfterKill = await failure(() => Sandbox.connect({ id }));
   const listed = await client.sandboxes.list();
   out.afterKill = listed.find((s) => s.id === id)?.status ?? null;
 }
-out.detachedSnapshot = (await client.volumes.snapshot(slug + "-a", { slug: slug + "-s" })).slug;
+out.snapshotRightAfterKill = await failure(() => client.volumes.snapshot(slug + "-a", { slug: slug + "-s" }));
+out.detachedSnapshot = (await whenDetached(() => client.volumes.snapshot(slug + "-a", { slug: slug + "-s" }))).slug;
 
 // Session mode: the sandbox dies with its primary connection.
 {
