@@ -69,6 +69,9 @@ type Provider struct {
 
 	// now is the clock that decides when a sandbox is extended.
 	now func() time.Time
+	// buildStale is how long a snapshot's build volume may be without a
+	// builder sandbox before its build counts as abandoned.
+	buildStale time.Duration
 
 	mu       sync.Mutex
 	cfg      *configured
@@ -191,7 +194,7 @@ func (p *Provider) settings(op string) (*configured, error) {
 
 // sandboxConfig is the x-deno-sandbox-config header.
 type sandboxConfig struct {
-	StopAtMs int64                   `json:"stop_at_ms"`
+	StopAtMs int64                   `json:"stop_at_ms,omitempty"` // 0: session mode
 	MemoryMB int                     `json:"memory_mb"`
 	Labels   map[string]string       `json:"labels,omitempty"`
 	Root     *volumeRef              `json:"root,omitempty"`

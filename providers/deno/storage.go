@@ -150,9 +150,10 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 		"slug": vol, "region": cfg.s.Region, "capacity": fmt.Sprintf("%dMB", cfg.s.SnapshotCapacityMB), "from": "builtin:debian-13",
 	}, &v)
 	if isStatus(err, http.StatusConflict) {
-		// Another process builds it: wait for the snapshot.
+		// Another process builds it: wait for the snapshot, or take the
+		// build over if that process is gone.
 		p.log.Info("another process builds the snapshot; waiting for it", "slug", spec.Slug, "volume", vol)
-		return p.awaitSnapshot(ctx, cfg, dslug, false)
+		return p.awaitBuild(ctx, cfg, spec, vol)
 	}
 	if err != nil {
 		return providers.Snapshot{}, err
@@ -164,13 +165,18 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 		return providers.Snapshot{}, err
 	}
 	labels := maps.Clone(spec.Labels)
-	if len(labels) > 5 {
-		return fail(providers.Errorf(providers.InvalidArgument, op, "Deno keeps at most 5 labels on the builder sandbox; the spec has %d", len(labels)))
+	if len(labels) > 4 {
+		return fail(providers.Errorf(providers.InvalidArgument, op, "Deno keeps at most 5 labels on the builder sandbox, one of them the provider's; the spec has %d", len(labels)))
 	}
-	sc := sandboxConfig{
-		StopAtMs: time.Now().Add(min(timeout, maxStop)).UnixMilli(), MemoryMB: cfg.s.MemoryMB,
-		Labels: labels, Root: &volumeRef{Volume: vol}, Volumes: []mountRef{},
+	if labels == nil {
+		labels = map[string]string{}
 	}
+	labels[labelBuild] = vol
+	// Session mode, unlike every other sandbox here: the builder dies with
+	// this process's socket, so that a build whose process is gone (a
+	// crash, a kill -9, a Lambda timing out) frees its volume at once and
+	// the next process can take the build over (awaitBuild).
+	sc := sandboxConfig{MemoryMB: cfg.s.MemoryMB, Labels: labels, Root: &volumeRef{Volume: vol}, Volumes: []mountRef{}}
 	rc, err := p.openCreate(ctx, cfg, sc)
 	if err != nil {
 		return fail(err)
@@ -216,16 +222,62 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	p.mu.Lock()
 	p.snaps[spec.Slug] = maps.Clone(spec.Labels)
 	p.mu.Unlock()
-	snap, err := p.awaitSnapshot(ctx, cfg, dslug, true)
+	snap, err := p.awaitSnapshot(ctx, cfg, dslug)
 	if err == nil {
 		p.log.Info("snapshot built", "slug", spec.Slug, "bytes", snap.SizeBytes)
 	}
 	return snap, err
 }
 
-// awaitSnapshot polls until the snapshot is bootable; present says it was
-// created already (otherwise it may not exist yet).
-func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug string, present bool) (providers.Snapshot, error) {
+// labelBuild marks a builder sandbox with its build volume's slug.
+const labelBuild = "sandstep.build"
+
+// awaitBuild waits for the snapshot another process builds on volume vol.
+// Its builder sandbox lives as long as that process's socket: when none has
+// been running for buildStale and still no snapshot exists, the build was
+// abandoned, and this process deletes the volume and builds the snapshot
+// itself. (A builder between its kill and its snapshot shows no sandbox
+// either, for the few seconds Deno takes to detach the volume: buildStale
+// is far longer.)
+func (p *Provider) awaitBuild(ctx context.Context, cfg *configured, spec providers.SnapshotSpec, vol string) (providers.Snapshot, error) {
+	const op = "ensure_snapshot"
+	dslug := p.denoSlug(spec.Slug)
+	var idleSince time.Time
+	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
+		var sn snapshotJSON
+		err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(dslug), nil, &sn)
+		switch {
+		case err == nil && sn.IsBootable:
+			return p.snapshot(sn), nil
+		case err == nil:
+			idleSince = time.Time{} // made, not bootable yet
+		case !providers.IsNotFound(err):
+			return providers.Snapshot{}, err
+		default:
+			builders, lerr := p.list(ctx, cfg, op, map[string]string{labelBuild: vol})
+			switch {
+			case lerr != nil || len(builders) > 0:
+				idleSince = time.Time{}
+			case idleSince.IsZero():
+				idleSince = time.Now()
+			case time.Since(idleSince) >= p.buildStale:
+				p.log.Warn("the process building the snapshot is gone; building it here", "slug", spec.Slug, "volume", vol)
+				dctx, cancel := context.WithTimeout(ctx, 2*detachWait)
+				p.deleteWhenDetached(dctx, cfg, vol)
+				cancel()
+				return p.build(ctx, cfg, spec)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return providers.Snapshot{}, providers.Wrap(providers.DeadlineExceeded, op, fmt.Errorf("snapshot %s did not become bootable: %w", spec.Slug, ctx.Err()))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// awaitSnapshot polls the snapshot this process made until it is bootable.
+func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug string) (providers.Snapshot, error) {
 	const op = "ensure_snapshot"
 	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
 		var sn snapshotJSON
@@ -233,7 +285,7 @@ func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug stri
 		switch {
 		case err == nil && sn.IsBootable:
 			return p.snapshot(sn), nil
-		case err != nil && !(providers.IsNotFound(err) && !present):
+		case err != nil:
 			return providers.Snapshot{}, err
 		}
 		select {
