@@ -265,6 +265,11 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		return providers.Sandbox{}, err
 	}
 	rec.stopAt = time.UnixMilli(sc.StopAtMs)
+	if err := p.keepRecord(ctx, cfg, rc, rec); err != nil {
+		rc.close()
+		p.abandon(ctx, cfg, rc.id)
+		return providers.Sandbox{}, err
+	}
 	p.mu.Lock()
 	p.prune(time.Now())
 	p.conns[rc.id] = rc
