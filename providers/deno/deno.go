@@ -390,7 +390,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if err := p.checkSnapshot(ctx, cfg, spec.Snapshot); err != nil {
 			return sandboxConfig{}, nil, nil, err
 		}
-		sc.Root = &volumeRef{Volume: p.denoSlug(spec.Snapshot)}
+		sc.Root = &volumeRef{Volume: denoSlug(spec.Snapshot)}
 	}
 	for _, m := range spec.Mounts {
 		if m.Path == "" {
@@ -402,7 +402,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if !strings.HasPrefix(m.Path, "/") || cleanPath(m.Path) != m.Path {
 			return bad("mount path %q must be absolute and clean", m.Path)
 		}
-		sc.Volumes = append(sc.Volumes, mountRef{Volume: p.denoSlug(m.Volume), Path: m.Path})
+		sc.Volumes = append(sc.Volumes, mountRef{Volume: denoSlug(m.Volume), Path: m.Path})
 		rec.mounts = append(rec.mounts, m)
 	}
 	return sc, env, rec, nil

@@ -37,16 +37,26 @@ func checkSlug(op, slug string) error {
 
 // denoSlug is the slug Deno knows: the slug itself when Deno takes it (so
 // deps-<hash> and ws-<session> read the same in Deno's console), else
-// "h-" and a hash of it, which this process maps back.
-func (p *Provider) denoSlug(slug string) string {
+// "h-" and a hash of it.
+func denoSlug(slug string) string {
 	if denoValid(slug) && !strings.HasPrefix(slug, "h-") && !strings.HasPrefix(slug, "sb-") {
 		return slug
 	}
 	sum := sha256.Sum256([]byte(slug))
-	d := "h-" + hex.EncodeToString(sum[:])[:24]
-	p.mu.Lock()
-	p.names[d] = slug
-	p.mu.Unlock()
+	return "h-" + hex.EncodeToString(sum[:])[:24]
+}
+
+// named is denoSlug for a volume or snapshot this process creates: it
+// maps the hash back (for listings) while the volume or snapshot exists.
+// Lookups do not add to the map, deletes take from it: a long-lived plugin
+// does not grow with every slug it was asked about.
+func (p *Provider) named(slug string) string {
+	d := denoSlug(slug)
+	if d != slug {
+		p.mu.Lock()
+		p.names[d] = slug
+		p.mu.Unlock()
+	}
 	return d
 }
 
@@ -144,7 +154,7 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	vol := buildVolume(spec.Slug)
-	dslug := p.denoSlug(spec.Slug)
+	dslug := p.named(spec.Slug)
 	var v volumeJSON
 	err := cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{
 		"slug": vol, "region": cfg.s.Region, "capacity": fmt.Sprintf("%dMB", cfg.s.SnapshotCapacityMB), "from": "builtin:debian-13",
@@ -241,14 +251,16 @@ const labelBuild = "sandstep.build"
 // is far longer.)
 func (p *Provider) awaitBuild(ctx context.Context, cfg *configured, spec providers.SnapshotSpec, vol string) (providers.Snapshot, error) {
 	const op = "ensure_snapshot"
-	dslug := p.denoSlug(spec.Slug)
+	dslug := denoSlug(spec.Slug)
 	var idleSince time.Time
 	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
 		var sn snapshotJSON
 		err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(dslug), nil, &sn)
 		switch {
 		case err == nil && sn.IsBootable:
-			return p.snapshot(sn), nil
+			snap := p.snapshot(sn)
+			snap.Slug = spec.Slug
+			return snap, nil
 		case err == nil:
 			idleSince = time.Time{} // made, not bootable yet
 		case !providers.IsNotFound(err):
@@ -326,10 +338,12 @@ func (p *Provider) snapshot(sn snapshotJSON) providers.Snapshot {
 
 func (p *Provider) getSnapshot(ctx context.Context, cfg *configured, op, slug string) (providers.Snapshot, error) {
 	var sn snapshotJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, &sn); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(denoSlug(slug)), nil, &sn); err != nil {
 		return providers.Snapshot{}, err
 	}
-	return p.snapshot(sn), nil
+	snap := p.snapshot(sn)
+	snap.Slug = slug
+	return snap, nil
 }
 
 // GetSnapshot returns a snapshot by slug.
@@ -364,12 +378,13 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil // no such snapshot can exist
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
+	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(denoSlug(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
 		return err
 	}
 	p.mu.Lock()
 	delete(p.snaps, slug)
+	delete(p.names, denoSlug(slug))
 	p.mu.Unlock()
 	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(buildVolume(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
@@ -435,7 +450,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 		return providers.Volume{}, providers.Errorf(providers.InvalidArgument, op, "capacity %d MB: Deno's volumes hold 300 to 20000 MB", capacity)
 	}
 	var v volumeJSON
-	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": p.denoSlug(spec.Slug), "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
+	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": p.named(spec.Slug), "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
 	if isStatus(err, http.StatusConflict) {
 		got, gerr := p.GetVolume(ctx, spec.Slug)
 		if providers.IsNotFound(gerr) {
@@ -470,10 +485,12 @@ func (p *Provider) GetVolume(ctx context.Context, slug string) (providers.Volume
 		return providers.Volume{}, providers.Errorf(providers.NotFound, op, "no volume %q", slug)
 	}
 	var v volumeJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, &v); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(denoSlug(slug)), nil, &v); err != nil {
 		return providers.Volume{}, err
 	}
-	return p.volume(v), nil
+	vol := p.volume(v)
+	vol.Slug = slug
+	return vol, nil
 }
 
 // DeleteVolume deletes a volume; one attached to a running sandbox is
@@ -488,7 +505,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 		return nil
 	}
 	for delay := 100 * time.Millisecond; ; delay = min(delay*2, time.Second) {
-		err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
+		err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(denoSlug(slug)), nil, nil)
 		if err == nil || providers.IsNotFound(err) {
 			break
 		}
@@ -510,6 +527,7 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 	p.mu.Lock()
 	delete(p.volumes, slug)
 	delete(p.detaching, slug)
+	delete(p.names, denoSlug(slug))
 	p.mu.Unlock()
 	return nil
 }
