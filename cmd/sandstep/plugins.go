@@ -40,6 +40,7 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROVIDER\tVERSION\tAPI\tCAPABILITIES")
 	var activeErr error
+	var plainSecrets []string
 	for _, name := range names {
 		marker := ""
 		if name == cfg.Provider.Name {
@@ -54,8 +55,14 @@ func runPlugins(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			continue
 		}
 		fmt.Fprintf(tw, "%s%s\t%s\tv%d\t%s\n", name, marker, info.Version, info.APIVersion, capabilities(info.Capabilities))
+		if !info.Capabilities.HostScopedSecrets {
+			plainSecrets = append(plainSecrets, name)
+		}
 	}
 	tw.Flush()
+	if len(plainSecrets) > 0 {
+		fmt.Fprintf(stdout, "no host-scoped secrets: %s (a secret's hosts do not bind it there: its value is a plain environment variable in the sandbox)\n", strings.Join(plainSecrets, ", "))
+	}
 	// The configured provider must be runnable: say so in one line if not,
 	// and pass on what it found wrong with its settings.
 	if !contains(names, cfg.Provider.Name) {

@@ -61,6 +61,38 @@ func TestPluginsListsLocalWithCapabilities(t *testing.T) {
 	}
 }
 
+// TestPluginsSaysWhichLackHostScopedSecrets: a provider without
+// host-scoped secrets (Sandy) is named as one whose secrets are plain
+// environment variables; Deno, which has them, is not.
+func TestPluginsSaysWhichLackHostScopedSecrets(t *testing.T) {
+	dir, err := testbin.Build(t.TempDir(), testbin.SandyPlugin, testbin.DenoPlugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SANDY_API_KEY", "k")
+	t.Setenv("DENO_DEPLOY_TOKEN", "ddo_k")
+	cfg := writeConfig(t, "[provider]\nname = \"deno\"\nplugin_dir = \""+dir+"\"\n[provider.sandy]\napi_key_env = \"SANDY_API_KEY\"\nbase_url = \"http://127.0.0.1:1\"\n[provider.deno]\ntoken_env = \"DENO_DEPLOY_TOKEN\"\nconsole_url = \"http://127.0.0.1:1\"\nsandbox_url = \"http://127.0.0.1:1\"\n")
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"plugins", "--config", cfg}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	var deno, note string
+	for _, l := range strings.Split(out.String(), "\n") {
+		switch {
+		case strings.HasPrefix(l, "deno (active)"):
+			deno = l
+		case strings.HasPrefix(l, "no host-scoped secrets:"):
+			note = l
+		}
+	}
+	if !strings.Contains(deno, "host-scoped-secrets") {
+		t.Errorf("the deno line %q lacks host-scoped-secrets; output:\n%s", deno, out.String())
+	}
+	if !strings.Contains(note, "sandy") || strings.Contains(note, "deno") || !strings.Contains(note, "plain environment variable") {
+		t.Errorf("the note %q should name sandy alone; output:\n%s", note, out.String())
+	}
+}
+
 func TestPluginsMissingBinaryIsOneClearLine(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, "[provider]\nname = \"sandy\"\nplugin_dir = \""+dir+"\"\n[provider.sandy]\nbase_url = \"http://127.0.0.1:1\"\n")

@@ -130,7 +130,7 @@ func (c *client) once(ctx context.Context, op, method, url string, payload []byt
 	}
 	if resp.StatusCode/100 != 2 {
 		e := errorFrom(resp.StatusCode, resp.Header, b)
-		return &providers.Error{Code: codeFor(resp.StatusCode), Op: op, Message: e.Error(), Err: e}
+		return providers.Wrap(codeFor(resp.StatusCode), op, e)
 	}
 	if out == nil {
 		return nil
@@ -188,7 +188,7 @@ func (c *client) doLink(ctx context.Context, op, rawURL string, out *json.RawMes
 	}
 	if resp.StatusCode/100 != 2 {
 		e := errorFrom(resp.StatusCode, resp.Header, b)
-		return "", &providers.Error{Code: codeFor(resp.StatusCode), Op: op, Message: e.Error(), Err: e}
+		return "", providers.Wrap(codeFor(resp.StatusCode), op, e)
 	}
 	*out = b
 	return nextCursor(resp.Header.Get("Link")), nil

@@ -69,6 +69,9 @@ type Provider struct {
 
 	// now is the clock that decides when a sandbox is extended.
 	now func() time.Time
+	// buildStale is how long a snapshot's build volume may be without a
+	// builder sandbox before its build counts as abandoned.
+	buildStale time.Duration
 
 	mu       sync.Mutex
 	cfg      *configured
@@ -79,6 +82,10 @@ type Provider struct {
 	volumes  map[string]map[string]string
 	snaps    map[string]map[string]string
 	building map[string]*flight
+	// detaching holds the volumes of sandboxes this process killed, until
+	// when Deno may still hold them attached (it detaches a moment after
+	// the kill).
+	detaching map[string]time.Time
 }
 
 type configured struct {
@@ -113,16 +120,17 @@ func New() *Provider {
 	t.Proxy = nil // the plugin must not pick up a proxy by accident
 	t.MaxIdleConnsPerHost = 32
 	return &Provider{
-		log:      plugin.Logger("provider", "deno"),
-		now:      time.Now,
-		hc:       &http.Client{Transport: t},
-		conns:    map[string]*rpcConn{},
-		records:  map[string]*record{},
-		naming:   map[string]*nameLock{},
-		names:    map[string]string{},
-		volumes:  map[string]map[string]string{},
-		snaps:    map[string]map[string]string{},
-		building: map[string]*flight{},
+		log:       plugin.Logger("provider", "deno"),
+		now:       time.Now,
+		hc:        &http.Client{Transport: t},
+		conns:     map[string]*rpcConn{},
+		records:   map[string]*record{},
+		naming:    map[string]*nameLock{},
+		names:     map[string]string{},
+		volumes:   map[string]map[string]string{},
+		snaps:     map[string]map[string]string{},
+		building:  map[string]*flight{},
+		detaching: map[string]time.Time{},
 	}
 }
 
@@ -186,7 +194,7 @@ func (p *Provider) settings(op string) (*configured, error) {
 
 // sandboxConfig is the x-deno-sandbox-config header.
 type sandboxConfig struct {
-	StopAtMs int64                   `json:"stop_at_ms"`
+	StopAtMs int64                   `json:"stop_at_ms,omitempty"` // 0: session mode
 	MemoryMB int                     `json:"memory_mb"`
 	Labels   map[string]string       `json:"labels,omitempty"`
 	Root     *volumeRef              `json:"root,omitempty"`
@@ -257,6 +265,11 @@ func (p *Provider) Create(ctx context.Context, spec providers.CreateSpec) (provi
 		return providers.Sandbox{}, err
 	}
 	rec.stopAt = time.UnixMilli(sc.StopAtMs)
+	if err := p.keepRecord(ctx, cfg, rc, rec); err != nil {
+		rc.close()
+		p.abandon(ctx, cfg, rc.id)
+		return providers.Sandbox{}, err
+	}
 	p.mu.Lock()
 	p.prune(time.Now())
 	p.conns[rc.id] = rc
@@ -377,7 +390,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if err := p.checkSnapshot(ctx, cfg, spec.Snapshot); err != nil {
 			return sandboxConfig{}, nil, nil, err
 		}
-		sc.Root = &volumeRef{Volume: p.denoSlug(spec.Snapshot)}
+		sc.Root = &volumeRef{Volume: denoSlug(spec.Snapshot)}
 	}
 	for _, m := range spec.Mounts {
 		if m.Path == "" {
@@ -389,7 +402,7 @@ func (p *Provider) configFor(ctx context.Context, cfg *configured, spec provider
 		if !strings.HasPrefix(m.Path, "/") || cleanPath(m.Path) != m.Path {
 			return bad("mount path %q must be absolute and clean", m.Path)
 		}
-		sc.Volumes = append(sc.Volumes, mountRef{Volume: p.denoSlug(m.Volume), Path: m.Path})
+		sc.Volumes = append(sc.Volumes, mountRef{Volume: denoSlug(m.Volume), Path: m.Path})
 		rec.mounts = append(rec.mounts, m)
 	}
 	return sc, env, rec, nil
@@ -528,6 +541,11 @@ func (p *Provider) prune(now time.Time) {
 	for id, rc := range p.conns {
 		if !rc.alive() {
 			delete(p.conns, id)
+		}
+	}
+	for v, until := range p.detaching {
+		if now.After(until) {
+			delete(p.detaching, v)
 		}
 	}
 }

@@ -57,6 +57,80 @@ func TestExtendNearDenosEnd(t *testing.T) {
 	}
 }
 
+// TestExtendFromAnotherProcess: the lifetime asked for lives in the
+// sandbox, so the next process to reach it (the next Lambda invocation)
+// reports it from Get and extends the sandbox near Deno's end as the
+// creating process would. A sandbox whose record is gone is reported to
+// end 30 minutes after its create, Deno's end without an extend.
+func TestExtendFromAnotherProcess(t *testing.T) {
+	f, err := fakedeno.Start(fakedeno.Options{Token: "ddo_extend_test"}, "", "")
+	if err != nil {
+		if testingSkips(err) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	defer f.Close()
+	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
+	configured := func() *Provider {
+		p := New()
+		if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": "ddo_extend_test"}}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := configured()
+	start := time.Now()
+	sb, err := first.Create(t.Context(), providers.CreateSpec{Lifetime: 45 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Terminate(t.Context(), sb.ID)
+	plain, err := first.Create(t.Context(), providers.CreateSpec{Lifetime: 45 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Terminate(t.Context(), plain.ID)
+	if r, err := first.Exec(t.Context(), plain.ID, providers.ExecRequest{Shell: "rm " + recordFile}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("removing the record: %+v, %v", r, err)
+	}
+
+	next := configured()
+	got, err := next.Get(t.Context(), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.ExpiresAt.Sub(start); d < 44*time.Minute || d > 46*time.Minute {
+		t.Fatalf("the next process reports the end %s after the create, want 45m", d)
+	}
+	got, err = next.Get(t.Context(), plain.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := got.ExpiresAt.Sub(start); d < 29*time.Minute || d > 31*time.Minute {
+		t.Fatalf("without its record the sandbox is reported to end %s after the create, want Deno's 30m", d)
+	}
+	next.now = func() time.Time { return start.Add(25 * time.Minute) }
+	if r, err := next.Exec(t.Context(), sb.ID, providers.ExecRequest{Argv: []string{"true"}}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("Exec: %+v, %v", r, err)
+	}
+	if d := f.StopAt(sb.ID).Sub(start); d < 44*time.Minute || d > 46*time.Minute {
+		t.Fatalf("after the next process's call near the end Deno's end is %s after the create, want 45m", d)
+	}
+	// A third process learns the new end from the sandbox: nothing to do.
+	third := configured()
+	third.now = next.now
+	if _, err := third.Get(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	third.mu.Lock()
+	r := third.records[sb.ID]
+	third.mu.Unlock()
+	if r == nil || !r.stopAt.Equal(f.StopAt(sb.ID).Truncate(time.Millisecond)) {
+		t.Fatalf("the third process's record %+v, Deno's end %s", r, f.StopAt(sb.ID))
+	}
+}
+
 // testingSkips tells whether the fake cannot run here and the test may
 // skip (never under CI).
 func testingSkips(err error) bool {

@@ -74,7 +74,7 @@ func dial(ctx context.Context, c *client, op, url string, config []byte) (*rpcCo
 				body, _ = io.ReadAll(io.LimitReader(resp.Body, 1024))
 			}
 			e := errorFrom(resp.StatusCode, resp.Header, body)
-			return nil, &providers.Error{Code: codeFor(resp.StatusCode), Op: op, Message: e.Error(), Err: e}
+			return nil, providers.Wrap(codeFor(resp.StatusCode), op, e)
 		}
 		if ctx.Err() != nil {
 			return nil, providers.Wrap(providers.DeadlineExceeded, op, err)

@@ -2,6 +2,7 @@ package deno
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -54,9 +55,56 @@ func (p *Provider) sandbox(l listed) providers.Sandbox {
 	p.mu.Lock()
 	if r := p.records[l.ID]; r != nil {
 		sb.Snapshot, sb.Mounts, sb.ExpiresAt, sb.PortURLs = r.snapshot, slices.Clone(r.mounts), r.until, maps.Clone(r.ports)
+	} else if sb.State == providers.StateRunning {
+		// Known to another process only: Deno ends a sandbox no one
+		// extended 30 minutes after its create, at the latest.
+		sb.ExpiresAt = l.CreatedAt.Add(maxStop)
 	}
 	p.mu.Unlock()
 	return sb
+}
+
+// recordFile keeps, inside the sandbox, what Deno does not say of it and
+// any process reaching it by id needs: the lifetime asked for, beyond
+// Deno's 30 minutes, and Deno's current end.
+const recordFile = "/home/app/.sandstep-sandbox.json"
+
+type recordJSON struct {
+	ID       string            `json:"id"`
+	UntilMs  int64             `json:"until_ms"`
+	StopAtMs int64             `json:"stop_at_ms"`
+	Snapshot string            `json:"snapshot,omitempty"`
+	Mounts   []providers.Mount `json:"mounts,omitempty"`
+}
+
+// keepRecord writes the record into the sandbox.
+func (p *Provider) keepRecord(ctx context.Context, cfg *configured, rc *rpcConn, r *record) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.s.RequestTimeout.D())
+	defer cancel()
+	p.mu.Lock()
+	b, _ := json.Marshal(recordJSON{ID: rc.id, UntilMs: r.until.UnixMilli(), StopAtMs: r.stopAt.UnixMilli(), Snapshot: r.snapshot, Mounts: r.mounts})
+	p.mu.Unlock()
+	return rc.call(ctx, "create", "writeTextFile", map[string]any{"path": recordFile, "content": string(b)}, nil)
+}
+
+// loadRecord reads the record of a sandbox this process did not create
+// (the next Lambda invocation's, a restarted plugin's). One that is not
+// there, or is another sandbox's (a bootable root volume keeps its files),
+// leaves the sandbox unknown.
+func (p *Provider) loadRecord(ctx context.Context, cfg *configured, rc *rpcConn, createdAt time.Time) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.s.RequestTimeout.D())
+	defer cancel()
+	var text string
+	var rj recordJSON
+	if err := rc.call(ctx, "connect", "readTextFile", map[string]string{"path": recordFile}, &text); err != nil ||
+		json.Unmarshal([]byte(text), &rj) != nil || rj.ID != rc.id {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.records[rc.id] == nil {
+		p.records[rc.id] = &record{until: time.UnixMilli(rj.UntilMs), stopAt: time.UnixMilli(rj.StopAtMs), snapshot: rj.Snapshot, mounts: rj.Mounts, createdAt: createdAt}
+	}
 }
 
 // Get finds a sandbox in Deno's list, stopped ones reported terminated.
@@ -74,9 +122,20 @@ func (p *Provider) Get(ctx context.Context, id string) (providers.Sandbox, error
 		return providers.Sandbox{}, err
 	}
 	for _, l := range all {
-		if l.ID == id {
-			return p.sandbox(l), nil
+		if l.ID != id {
+			continue
 		}
+		p.mu.Lock()
+		known := p.records[id] != nil
+		p.mu.Unlock()
+		if !known && l.Status == "running" {
+			// Its lifetime is in the sandbox: connect (the socket serves
+			// the calls that follow a Get) and read it.
+			if rc, err := p.conn(ctx, op, id); err == nil {
+				p.loadRecord(ctx, cfg, rc, l.CreatedAt)
+			}
+		}
+		return p.sandbox(l), nil
 	}
 	return providers.Sandbox{}, providers.Errorf(providers.NotFound, op, "no sandbox %s", id)
 }
@@ -126,6 +185,11 @@ func (p *Provider) kill(ctx context.Context, cfg *configured, id string) error {
 	}
 	p.mu.Lock()
 	rc := p.conns[id]
+	if r := p.records[id]; r != nil {
+		for _, m := range r.mounts {
+			p.detaching[m.Volume] = time.Now().Add(detachWait)
+		}
+	}
 	delete(p.conns, id)
 	delete(p.records, id)
 	p.mu.Unlock()
@@ -148,32 +212,34 @@ func (p *Provider) conn(ctx context.Context, op, id string) (*rpcConn, error) {
 	if !sandboxIDRE.MatchString(id) {
 		return nil, providers.Errorf(providers.NotFound, op, "no sandbox %q: not a Deno sandbox id", clip(id))
 	}
-	p.extendIfDue(ctx, cfg, id)
 	p.mu.Lock()
 	rc := p.conns[id]
+	_, known := p.records[id]
 	p.mu.Unlock()
-	if rc != nil && rc.alive() {
-		return rc, nil
-	}
-	rc, err = dial(ctx, cfg.c, op, cfg.c.sandbox+"/api/v3/sandbox/"+id+"/connect", nil)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	if old := p.conns[id]; old != nil && old != rc && old.alive() {
+	if rc == nil || !rc.alive() {
+		if rc, err = dial(ctx, cfg.c, op, cfg.c.sandbox+"/api/v3/sandbox/"+id+"/connect", nil); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if old := p.conns[id]; old != nil && old != rc && old.alive() {
+			rc.close()
+			rc = old
+		} else {
+			p.conns[id] = rc
+		}
 		p.mu.Unlock()
-		rc.close()
-		return old, nil
+		if !known {
+			p.loadRecord(ctx, cfg, rc, time.Time{})
+		}
 	}
-	p.conns[id] = rc
-	p.mu.Unlock()
+	p.extendIfDue(ctx, cfg, rc, id)
 	return rc, nil
 }
 
 // extendWithin is how near Deno's end must be before a call extends it.
 const extendWithin = 10 * time.Minute
 
-func (p *Provider) extendIfDue(ctx context.Context, cfg *configured, id string) {
+func (p *Provider) extendIfDue(ctx context.Context, cfg *configured, rc *rpcConn, id string) {
 	p.mu.Lock()
 	r := p.records[id]
 	var want time.Time
@@ -196,6 +262,10 @@ func (p *Provider) extendIfDue(ctx context.Context, cfg *configured, id string) 
 	p.mu.Lock()
 	r.stopAt = got
 	p.mu.Unlock()
+	// The next process to reach the sandbox learns the new end from it.
+	if err := p.keepRecord(ctx, cfg, rc, r); err != nil {
+		p.log.Warn("keeping a sandbox's new end in it failed", "id", id, "error", err)
+	}
 }
 
 // extend asks Deno to move the sandbox's end to want and returns the end

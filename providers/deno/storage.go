@@ -37,16 +37,26 @@ func checkSlug(op, slug string) error {
 
 // denoSlug is the slug Deno knows: the slug itself when Deno takes it (so
 // deps-<hash> and ws-<session> read the same in Deno's console), else
-// "h-" and a hash of it, which this process maps back.
-func (p *Provider) denoSlug(slug string) string {
+// "h-" and a hash of it.
+func denoSlug(slug string) string {
 	if denoValid(slug) && !strings.HasPrefix(slug, "h-") && !strings.HasPrefix(slug, "sb-") {
 		return slug
 	}
 	sum := sha256.Sum256([]byte(slug))
-	d := "h-" + hex.EncodeToString(sum[:])[:24]
-	p.mu.Lock()
-	p.names[d] = slug
-	p.mu.Unlock()
+	return "h-" + hex.EncodeToString(sum[:])[:24]
+}
+
+// named is denoSlug for a volume or snapshot this process creates: it
+// maps the hash back (for listings) while the volume or snapshot exists.
+// Lookups do not add to the map, deletes take from it: a long-lived plugin
+// does not grow with every slug it was asked about.
+func (p *Provider) named(slug string) string {
+	d := denoSlug(slug)
+	if d != slug {
+		p.mu.Lock()
+		p.names[d] = slug
+		p.mu.Unlock()
+	}
 	return d
 }
 
@@ -144,15 +154,16 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	vol := buildVolume(spec.Slug)
-	dslug := p.denoSlug(spec.Slug)
+	dslug := p.named(spec.Slug)
 	var v volumeJSON
 	err := cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{
 		"slug": vol, "region": cfg.s.Region, "capacity": fmt.Sprintf("%dMB", cfg.s.SnapshotCapacityMB), "from": "builtin:debian-13",
 	}, &v)
 	if isStatus(err, http.StatusConflict) {
-		// Another process builds it: wait for the snapshot.
+		// Another process builds it: wait for the snapshot, or take the
+		// build over if that process is gone.
 		p.log.Info("another process builds the snapshot; waiting for it", "slug", spec.Slug, "volume", vol)
-		return p.awaitSnapshot(ctx, cfg, dslug, false)
+		return p.awaitBuild(ctx, cfg, spec, vol)
 	}
 	if err != nil {
 		return providers.Snapshot{}, err
@@ -164,13 +175,18 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 		return providers.Snapshot{}, err
 	}
 	labels := maps.Clone(spec.Labels)
-	if len(labels) > 5 {
-		return fail(providers.Errorf(providers.InvalidArgument, op, "Deno keeps at most 5 labels on the builder sandbox; the spec has %d", len(labels)))
+	if len(labels) > 4 {
+		return fail(providers.Errorf(providers.InvalidArgument, op, "Deno keeps at most 5 labels on the builder sandbox, one of them the provider's; the spec has %d", len(labels)))
 	}
-	sc := sandboxConfig{
-		StopAtMs: time.Now().Add(min(timeout, maxStop)).UnixMilli(), MemoryMB: cfg.s.MemoryMB,
-		Labels: labels, Root: &volumeRef{Volume: vol}, Volumes: []mountRef{},
+	if labels == nil {
+		labels = map[string]string{}
 	}
+	labels[labelBuild] = vol
+	// Session mode, unlike every other sandbox here: the builder dies with
+	// this process's socket, so that a build whose process is gone (a
+	// crash, a kill -9, a Lambda timing out) frees its volume at once and
+	// the next process can take the build over (awaitBuild).
+	sc := sandboxConfig{MemoryMB: cfg.s.MemoryMB, Labels: labels, Root: &volumeRef{Volume: vol}, Volumes: []mountRef{}}
 	rc, err := p.openCreate(ctx, cfg, sc)
 	if err != nil {
 		return fail(err)
@@ -216,16 +232,64 @@ func (p *Provider) build(ctx context.Context, cfg *configured, spec providers.Sn
 	p.mu.Lock()
 	p.snaps[spec.Slug] = maps.Clone(spec.Labels)
 	p.mu.Unlock()
-	snap, err := p.awaitSnapshot(ctx, cfg, dslug, true)
+	snap, err := p.awaitSnapshot(ctx, cfg, dslug)
 	if err == nil {
 		p.log.Info("snapshot built", "slug", spec.Slug, "bytes", snap.SizeBytes)
 	}
 	return snap, err
 }
 
-// awaitSnapshot polls until the snapshot is bootable; present says it was
-// created already (otherwise it may not exist yet).
-func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug string, present bool) (providers.Snapshot, error) {
+// labelBuild marks a builder sandbox with its build volume's slug.
+const labelBuild = "sandstep.build"
+
+// awaitBuild waits for the snapshot another process builds on volume vol.
+// Its builder sandbox lives as long as that process's socket: when none has
+// been running for buildStale and still no snapshot exists, the build was
+// abandoned, and this process deletes the volume and builds the snapshot
+// itself. (A builder between its kill and its snapshot shows no sandbox
+// either, for the few seconds Deno takes to detach the volume: buildStale
+// is far longer.)
+func (p *Provider) awaitBuild(ctx context.Context, cfg *configured, spec providers.SnapshotSpec, vol string) (providers.Snapshot, error) {
+	const op = "ensure_snapshot"
+	dslug := denoSlug(spec.Slug)
+	var idleSince time.Time
+	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
+		var sn snapshotJSON
+		err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(dslug), nil, &sn)
+		switch {
+		case err == nil && sn.IsBootable:
+			snap := p.snapshot(sn)
+			snap.Slug = spec.Slug
+			return snap, nil
+		case err == nil:
+			idleSince = time.Time{} // made, not bootable yet
+		case !providers.IsNotFound(err):
+			return providers.Snapshot{}, err
+		default:
+			builders, lerr := p.list(ctx, cfg, op, map[string]string{labelBuild: vol})
+			switch {
+			case lerr != nil || len(builders) > 0:
+				idleSince = time.Time{}
+			case idleSince.IsZero():
+				idleSince = time.Now()
+			case time.Since(idleSince) >= p.buildStale:
+				p.log.Warn("the process building the snapshot is gone; building it here", "slug", spec.Slug, "volume", vol)
+				dctx, cancel := context.WithTimeout(ctx, 2*detachWait)
+				p.deleteWhenDetached(dctx, cfg, vol)
+				cancel()
+				return p.build(ctx, cfg, spec)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return providers.Snapshot{}, providers.Wrap(providers.DeadlineExceeded, op, fmt.Errorf("snapshot %s did not become bootable: %w", spec.Slug, ctx.Err()))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// awaitSnapshot polls the snapshot this process made until it is bootable.
+func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug string) (providers.Snapshot, error) {
 	const op = "ensure_snapshot"
 	for delay := 200 * time.Millisecond; ; delay = min(delay*2, 3*time.Second) {
 		var sn snapshotJSON
@@ -233,7 +297,7 @@ func (p *Provider) awaitSnapshot(ctx context.Context, cfg *configured, slug stri
 		switch {
 		case err == nil && sn.IsBootable:
 			return p.snapshot(sn), nil
-		case err != nil && !(providers.IsNotFound(err) && !present):
+		case err != nil:
 			return providers.Snapshot{}, err
 		}
 		select {
@@ -274,10 +338,12 @@ func (p *Provider) snapshot(sn snapshotJSON) providers.Snapshot {
 
 func (p *Provider) getSnapshot(ctx context.Context, cfg *configured, op, slug string) (providers.Snapshot, error) {
 	var sn snapshotJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, &sn); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(denoSlug(slug)), nil, &sn); err != nil {
 		return providers.Snapshot{}, err
 	}
-	return p.snapshot(sn), nil
+	snap := p.snapshot(sn)
+	snap.Slug = slug
+	return snap, nil
 }
 
 // GetSnapshot returns a snapshot by slug.
@@ -312,12 +378,13 @@ func (p *Provider) DeleteSnapshot(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil // no such snapshot can exist
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
+	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/snapshots/"+url.PathEscape(denoSlug(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
 		return err
 	}
 	p.mu.Lock()
 	delete(p.snaps, slug)
+	delete(p.names, denoSlug(slug))
 	p.mu.Unlock()
 	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(buildVolume(slug)), nil, nil)
 	if err != nil && !providers.IsNotFound(err) {
@@ -383,7 +450,7 @@ func (p *Provider) CreateVolume(ctx context.Context, spec providers.VolumeSpec) 
 		return providers.Volume{}, providers.Errorf(providers.InvalidArgument, op, "capacity %d MB: Deno's volumes hold 300 to 20000 MB", capacity)
 	}
 	var v volumeJSON
-	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": p.denoSlug(spec.Slug), "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
+	err = cfg.c.do(ctx, op, http.MethodPost, cfg.c.console, "/api/v2/volumes", map[string]any{"slug": p.named(spec.Slug), "region": region, "capacity": fmt.Sprintf("%dMB", capacity)}, &v)
 	if isStatus(err, http.StatusConflict) {
 		got, gerr := p.GetVolume(ctx, spec.Slug)
 		if providers.IsNotFound(gerr) {
@@ -418,10 +485,12 @@ func (p *Provider) GetVolume(ctx context.Context, slug string) (providers.Volume
 		return providers.Volume{}, providers.Errorf(providers.NotFound, op, "no volume %q", slug)
 	}
 	var v volumeJSON
-	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, &v); err != nil {
+	if err := cfg.c.do(ctx, op, http.MethodGet, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(denoSlug(slug)), nil, &v); err != nil {
 		return providers.Volume{}, err
 	}
-	return p.volume(v), nil
+	vol := p.volume(v)
+	vol.Slug = slug
+	return vol, nil
 }
 
 // DeleteVolume deletes a volume; one attached to a running sandbox is
@@ -435,15 +504,38 @@ func (p *Provider) DeleteVolume(ctx context.Context, slug string) error {
 	if checkSlug(op, slug) != nil {
 		return nil
 	}
-	err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(p.denoSlug(slug)), nil, nil)
-	if err != nil && !providers.IsNotFound(err) {
-		return err
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, time.Second) {
+		err = cfg.c.do(ctx, op, http.MethodDelete, cfg.c.console, "/api/v2/volumes/"+url.PathEscape(denoSlug(slug)), nil, nil)
+		if err == nil || providers.IsNotFound(err) {
+			break
+		}
+		// Deno answers 409 for a volume attached to a running sandbox and
+		// for one whose sandbox this process just killed: only the second
+		// goes by itself, within detachWait.
+		p.mu.Lock()
+		until, killed := p.detaching[slug]
+		p.mu.Unlock()
+		if !isStatus(err, http.StatusConflict) || !killed || time.Now().Add(delay).After(until) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return providers.Wrap(providers.DeadlineExceeded, op, ctx.Err())
+		case <-time.After(delay):
+		}
 	}
 	p.mu.Lock()
 	delete(p.volumes, slug)
+	delete(p.detaching, slug)
+	delete(p.names, denoSlug(slug))
 	p.mu.Unlock()
 	return nil
 }
+
+// detachWait is how long after a kill Deno may still hold the sandbox's
+// volumes attached: it detaches them asynchronously, "about 5 s" as seen
+// by others (shared/contracts/deno-sandbox-api.md, section 3).
+const detachWait = 15 * time.Second
 
 // ListVolumes returns the volumes carrying the labels; see ListSnapshots
 // on where labels live.

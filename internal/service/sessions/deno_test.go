@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -130,13 +131,33 @@ func TestSecretScopedToItsHostOnDeno(t *testing.T) {
 		sandbox: "network = \"all\"",
 		deps:    fmt.Sprintf("[[sessions.dependencies]]\npackage = %q\nsecret_env = \"SANDSTEP_TEST_SECRET\"\nhosts = [\"api.example.test\"]\n", pkg),
 	})
-	env := wantOK(t, e.run(tokenAcme, "scoped", "shell", "env"))
-	if !strings.Contains(env, "SANDSTEP_TEST_SECRET=DENO_SECRET_PLACEHOLDER_") {
-		t.Fatalf("the sandbox's environment shows no Deno placeholder:\n%s", env)
+	// The environment comes out reversed: the service redacts the value
+	// from what runs print, so only a form it does not know shows whether
+	// the sandbox holds the value at all.
+	rev := func(s string) string {
+		r := []rune(s)
+		slices.Reverse(r)
+		return string(r)
+	}
+	env := rev(wantOK(t, e.run(tokenAcme, "scoped", "shell", "env | rev")))
+	if !strings.Contains(env, "SANDSTEP_TEST_SECRET=DENO_SECRET_PLACEHOLDER_") || strings.Contains(env, secret) {
+		t.Fatalf("the sandbox's environment holds the value or no Deno placeholder:\n%s", env)
 	}
 	call := `curl -s -H "Authorization: Bearer $SANDSTEP_TEST_SECRET" http://%s:%s/`
-	wantOK(t, e.run(tokenAcme, "scoped", "shell", fmt.Sprintf(call, "api.example.test", apiPort)))
-	wantOK(t, e.run(tokenAcme, "scoped", "shell", fmt.Sprintf(call, "other.example.test", otherPort)))
+	runs := []map[string]any{
+		e.run(tokenAcme, "scoped", "shell", fmt.Sprintf(call, "api.example.test", apiPort)),
+		e.run(tokenAcme, "scoped", "shell", fmt.Sprintf(call, "other.example.test", otherPort)),
+		e.run(tokenAcme, "scoped", "javascript", "Deno.env.get('SANDSTEP_TEST_SECRET').split('').reverse().join('')"),
+	}
+	for _, r := range runs {
+		wantOK(t, r)
+		if b := toJSON(t, r); strings.Contains(string(b), secret) || strings.Contains(string(b), "[REDACTED:") {
+			t.Errorf("a run's answer carries the value (or had it redacted): %s", b)
+		}
+	}
+	if v, _ := runs[2]["result"].(string); !strings.HasPrefix(rev(v), "DENO_SECRET_PLACEHOLDER_") {
+		t.Errorf("code reads the variable as %q, want the placeholder", rev(v))
+	}
 	mu.Lock()
 	apiSaw, otherSaw := seen["api"], seen["other"]
 	mu.Unlock()

@@ -238,9 +238,9 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// [INF] in the contract: the codes are unknown, the refusals are not.
-	if v.attachedTo != "" {
+	if by := v.attachedTo; by != "" {
 		s.mu.Unlock()
-		apiError(w, http.StatusConflict, "VOLUME_IN_USE", "volume %q is attached to sandbox %s", v.slug, v.attachedTo)
+		apiError(w, http.StatusConflict, "VOLUME_IN_USE", "volume %q is attached to sandbox %s", v.slug, by)
 		return
 	}
 	for _, sn := range s.snapshots {

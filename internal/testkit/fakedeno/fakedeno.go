@@ -54,6 +54,11 @@ type Options struct {
 	// Hosts maps host names the sandboxes use (such as api.example.test) to
 	// the 127.0.0.1 addresses the proxy dials for them.
 	Hosts map[string]string
+	// DetachDelay is how long a stopped sandbox's volumes stay attached:
+	// Deno detaches them a moment after the kill, and until then refuses
+	// to attach, snapshot or delete them (409). 0 means 300ms; < 0 detaches
+	// at once.
+	DetachDelay time.Duration
 	// ExposeDomain is the domain exposed ports get names under; "" means
 	// "sandbox.fake.invalid". Nothing is served there.
 	ExposeDomain string
@@ -69,6 +74,7 @@ type Server struct {
 	ownDir bool
 	bwrap  string
 	deno   string
+	self   string   // this executable, the waiter of every command ("" if unknown)
 	root   []string // bwrap arguments rebuilding the host's root read-only
 
 	proxyAddr string // set by Start: the egress proxy's host:port
@@ -89,6 +95,9 @@ var ErrNoBubblewrap = errors.New("fakedeno: bubblewrap is not usable")
 func New(opts Options) (*Server, error) {
 	if opts.MaxSandboxes <= 0 {
 		opts.MaxSandboxes = 5
+	}
+	if opts.DetachDelay == 0 {
+		opts.DetachDelay = 300 * time.Millisecond
 	}
 	if opts.ExposeDomain == "" {
 		opts.ExposeDomain = "sandbox.fake.invalid"
@@ -113,6 +122,7 @@ func New(opts Options) (*Server, error) {
 	if s.deno == "" {
 		s.deno, _ = exec.LookPath("deno") // spawnDeno answers an error without it
 	}
+	s.self, _ = os.Executable()
 	if s.root, err = hostRootArgs(); err != nil {
 		return nil, err
 	}

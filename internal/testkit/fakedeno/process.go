@@ -1,6 +1,7 @@
 package fakedeno
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -167,6 +168,11 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 	}
 	maps.Copy(env, p.Env)
 	args := append(slices.Clone(c.s.root), c.sb.bindArgs(c.s.deno)...)
+	var report *waitReport
+	if c.s.self != "" {
+		args = append(args, "--ro-bind", c.s.self, waitPath)
+		argv = append([]string{waitPath}, argv...)
+	}
 	args = append(args, "--die-with-parent", "--chdir", cwd, "--")
 	cmd := exec.Command(c.s.bwrap, append(args, argv...)...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
@@ -174,6 +180,17 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 	}
 	cmd.Env = append(cmd.Env, c.sb.marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.s.self != "" {
+		r, w, err := os.Pipe()
+		if err != nil {
+			c.drop(p.StdinStreamID)
+			return nil, appError("Error", "", err.Error()), nil
+		}
+		defer w.Close() // the waiter holds its own copy
+		cmd.ExtraFiles = []*os.File{w}
+		cmd.Env = append(cmd.Env, waitEnv+"=1")
+		report = &waitReport{r: bufio.NewReader(r), c: r}
+	}
 	var stdin io.ReadCloser
 	if p.StdinStreamID != nil {
 		r, ok := c.claim(*p.StdinStreamID)
@@ -218,6 +235,23 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 		}
 		return nil, appError("NotFound", "ENOENT", err.Error()), nil
 	}
+	c.s.mu.Unlock()
+	if report != nil {
+		if msg := report.started(); msg != "" {
+			// Deno's spawn of a program that is not there fails, and no
+			// process is left.
+			_ = cmd.Wait()
+			report.c.Close()
+			for _, r := range outs {
+				_ = r.Close()
+			}
+			if stdin != nil {
+				_ = stdin.Close()
+			}
+			return nil, appError("NotFound", "ENOENT", fmt.Sprintf("Failed to spawn '%s': %s", argv[1], msg)), nil
+		}
+	}
+	c.s.mu.Lock()
 	c.sb.procs[pid] = proc
 	c.s.mu.Unlock()
 
@@ -257,7 +291,16 @@ func (c *conn) start(ctx context.Context, p spawnParams, argv []string, denoProc
 		}
 		proc.mu.Lock()
 		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+		var told bool
+		if report != nil {
+			var sig syscall.Signal
+			if proc.code, sig, told = report.ended(); told && sig != 0 {
+				name := signalName(sig)
+				proc.sig = &name
+			}
+		}
 		switch {
+		case told:
 		case ws.Signaled():
 			proc.code = 128 + int(ws.Signal())
 			name := signalName(ws.Signal())

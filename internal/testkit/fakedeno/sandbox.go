@@ -153,6 +153,11 @@ func (s *Server) newSandbox(cfg config) (sb *sandbox, status int, code, msg stri
 		if !sb.stopAt.After(now) {
 			return bad("stop_at_ms is in the past")
 		}
+		// Deno's sandboxes live "up to 30 minutes" at a time; longer is
+		// extendTimeout's business. A second of slack for the clocks.
+		if sb.stopAt.After(now.Add(maxLifetime + time.Second)) {
+			return bad("stop_at_ms is %s away: a sandbox lives at most %s before it is extended", time.Until(sb.stopAt).Round(time.Second), maxLifetime)
+		}
 	}
 	for name, sec := range cfg.Secrets {
 		sb.secrets[name] = secret{hosts: sec.Hosts, value: sec.Value, placeholder: "DENO_SECRET_PLACEHOLDER_" + randomHex(16)}
@@ -244,6 +249,12 @@ func (s *Server) handleConnect(w http.ResponseWriter, r *http.Request) {
 	s.serveSocket(w, r, sb, false)
 }
 
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 func (sb *sandbox) isStopped(s *Server) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -318,13 +329,20 @@ func (s *Server) stop(sb *sandbox, why string) {
 	for _, c := range conns {
 		_ = c.ws.Close(websocket.StatusNormalClosure, why)
 	}
-	s.mu.Lock()
-	for _, v := range s.volumes {
-		if v.attachedTo == sb.id {
-			v.attachedTo = ""
+	detach := func() {
+		s.mu.Lock()
+		for _, v := range s.volumes {
+			if v.attachedTo == sb.id {
+				v.attachedTo = ""
+			}
 		}
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
+	if d := s.opts.DetachDelay; d > 0 && !s.isClosed() {
+		time.AfterFunc(d, detach)
+	} else {
+		detach()
+	}
 	if sb.rootVolume == "" {
 		_ = os.RemoveAll(sb.dir)
 	}
@@ -351,8 +369,12 @@ func (s *Server) handleKill(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{})
 }
 
-// maxExtend is the most one extend call adds.
-const maxExtend = 30 * time.Minute
+// maxExtend is the most one extend call adds; maxLifetime the longest
+// lifetime a create may ask for.
+const (
+	maxExtend   = 30 * time.Minute
+	maxLifetime = 30 * time.Minute
+)
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 	sb := s.regionalSandbox(w, r)

@@ -111,32 +111,11 @@ func TestOfficialSDKAgainstTheFake(t *testing.T) {
 	f := startFake(t, map[string]string{"api.example.test": srv.Listener.Addr().String()})
 
 	const secretValue = "sk-live-REAL-7f3a9c0e51d2"
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "testdata/sdk_check.mjs")
-	cmd.Env = append(os.Environ(),
-		"SDK_MODULE="+mod,
-		"DENO_DEPLOY_ENDPOINT="+f.ConsoleURL,
-		"DENO_SANDBOX_ENDPOINT="+f.SandboxURL,
-		"DENO_DEPLOY_TOKEN="+testToken,
-		"RUN_ID=r"+strings.ToLower(strings.ReplaceAll(t.Name(), "Test", ""))[:8],
+	raw, stderr := runSDK(t, mod, f, "testdata/sdk_check.mjs",
 		"SECRET_HOST=api.example.test",
 		"SECRET_VALUE="+secretValue,
 		"SECRET_URL=http://api.example.test:"+port+"/v1",
 	)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the SDK script failed: %v\nstderr:\n%s\nstdout:\n%s", err, stderr.String(), raw)
-	}
-	line := ""
-	for l := range strings.Lines(string(raw)) {
-		if r, ok := strings.CutPrefix(l, "RESULT "); ok {
-			line = r
-		}
-	}
-	raw = []byte(line)
 	var got struct {
 		Volume struct {
 			Slug     string
@@ -165,7 +144,7 @@ func TestOfficialSDKAgainstTheFake(t *testing.T) {
 		DeleteWithSnapshot any
 	}
 	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatalf("the SDK script's output is not JSON: %v\n%s\nstderr: %s", err, raw, stderr.String())
+		t.Fatalf("the SDK script's output is not JSON: %v\n%s\nstderr: %s", err, raw, stderr)
 	}
 	t.Logf("SDK saw: %s", raw)
 	check := func(what string, ok bool) {
@@ -201,7 +180,7 @@ func TestOfficialSDKAgainstTheFake(t *testing.T) {
 	if fileExists(filepath.Join(filepathRoot(t), "node_modules/deno/deno")) {
 		check("deno.run", got.Deno == "42\n")
 	}
-	for _, v := range []string{string(raw), stderr.String()} {
+	for _, v := range []string{string(raw), stderr} {
 		if strings.Contains(v, secretValue) {
 			t.Errorf("the secret's value reached the sandbox's output: %s", v)
 		}
@@ -214,10 +193,120 @@ func TestOfficialSDKAgainstTheFake(t *testing.T) {
 	}
 }
 
+// runSDK runs a script of testdata with node against the fake, the SDK's
+// endpoints pointed at it, and returns the line it marked RESULT and its
+// standard error.
+func runSDK(t *testing.T, mod string, f *fakedeno.Running, script string, env ...string) ([]byte, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", script)
+	cmd.Env = append(os.Environ(),
+		"SDK_MODULE="+mod,
+		"DENO_DEPLOY_ENDPOINT="+f.ConsoleURL,
+		"DENO_SANDBOX_ENDPOINT="+f.SandboxURL,
+		"DENO_DEPLOY_TOKEN="+testToken,
+		"RUN_ID=r"+strings.ToLower(strings.ReplaceAll(t.Name(), "Test", ""))[:8],
+	)
+	cmd.Env = append(cmd.Env, env...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	raw, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the SDK script %s failed: %v\nstderr:\n%s\nstdout:\n%s", script, err, stderr.String(), raw)
+	}
+	line := ""
+	for l := range strings.Lines(string(raw)) {
+		if r, ok := strings.CutPrefix(l, "RESULT "); ok {
+			line = r
+		}
+	}
+	return []byte(line), stderr.String()
+}
+
 func filepathRoot(t *testing.T) string {
 	root, err := testbin.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// sdkError is how the SDK script describes an error it caught.
+type sdkError struct {
+	Name, Ctor string
+	Status     int
+	Code       any
+}
+
+// TestOfficialSDKEdges runs Deno's SDK through what the provider relies on
+// beyond the happy path: connect by id (and that closing a socket stops
+// only a session-mode sandbox), a process's signal, a missing program,
+// single attach, no snapshot of an attached volume, the 30-minute and
+// 5-sandbox limits, pagination, and the errors' shapes as the SDK reads
+// them.
+func TestOfficialSDKEdges(t *testing.T) {
+	testbin.RequireTool(t, "node", "nodejs")
+	mod := sdkModule(t)
+	f := startFake(t, nil)
+	raw, stderr := runSDK(t, mod, f, "testdata/sdk_edges.mjs")
+	var got struct {
+		BadTokenConsole, BadTokenCreate, SlugTaken, BadSlug, TooSmall *sdkError
+		TooLong, SecondAttach, SnapshotAttached, DeleteAttached       *sdkError
+		KillAfterExit, MissingProgram, ConnectAfterKill, Sixth        *sdkError
+		SnapshotRightAfterKill                                        *sdkError
+		FirstPage                                                     int
+		HasMore                                                       bool
+		Paged                                                         []string
+		Killed                                                        struct {
+			Code    int
+			Signal  *string
+			Success bool
+		}
+		SelfKilled struct {
+			Code   int
+			Signal *string
+		}
+		ConnectedID, ReadOverConnect, AfterCloses, Reconnected string
+		AfterKill, DetachedSnapshot, SessionAfterClose         string
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("the SDK script's output is not JSON: %v\n%s\nstderr: %s", err, raw, stderr)
+	}
+	t.Logf("SDK saw: %s", raw)
+	check := func(what string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s: wrong (SDK saw %s)", what, raw)
+		}
+	}
+	is := func(e *sdkError, ctor string, status int, code string) bool {
+		return e != nil && e.Ctor == ctor && (status == 0 || e.Status == status) && (code == "" || e.Code == code)
+	}
+	check("a wrong token on the console is ApiError 401 INVALID_TOKEN", is(got.BadTokenConsole, "ApiError", 401, "INVALID_TOKEN"))
+	check("a wrong token on create is InvalidTokenError", is(got.BadTokenCreate, "InvalidTokenError", 0, ""))
+	check("a taken slug is ApiError 409", is(got.SlugTaken, "ApiError", 409, ""))
+	check("a bad slug is ApiError 400", is(got.BadSlug, "ApiError", 400, ""))
+	check("a volume under 300 MB is ApiError 400", is(got.TooSmall, "ApiError", 400, ""))
+	check("pagination: a first page of 2 with more", got.FirstPage == 2 && got.HasMore)
+	check("pagination: all three volumes", len(got.Paged) == 3)
+	check("a create past 30 minutes is refused", is(got.TooLong, "ConnectionEstablishmentError", 400, ""))
+	check("a second attach is ConnectionEstablishmentError 409", is(got.SecondAttach, "ConnectionEstablishmentError", 409, ""))
+	check("no snapshot of an attached volume", is(got.SnapshotAttached, "ApiError", 409, ""))
+	check("no delete of an attached volume", is(got.DeleteAttached, "ApiError", 409, ""))
+	check("a killed process reports SIGTERM", got.Killed.Signal != nil && *got.Killed.Signal == "SIGTERM" && got.Killed.Code == 143 && !got.Killed.Success)
+	check("a shell killing itself reports SIGTERM", got.SelfKilled.Signal != nil && *got.SelfKilled.Signal == "SIGTERM")
+	check("a kill after the exit is no error", got.KillAfterExit == nil)
+	check("a missing program fails the spawn with NotFound", got.MissingProgram != nil && got.MissingProgram.Ctor == "NotFound")
+	check("connect by id", got.ConnectedID != "" && got.ReadOverConnect == "written before the reconnect")
+	check("closing the sockets leaves a duration sandbox running", got.AfterCloses == "running" && got.Reconnected == "written before the reconnect")
+	check("connect after the kill fails", got.ConnectAfterKill != nil && got.ConnectAfterKill.Ctor == "ConnectionEstablishmentError")
+	check("a killed sandbox is listed stopped", got.AfterKill == "stopped")
+	check("right after the kill the volume is still attached", is(got.SnapshotRightAfterKill, "ApiError", 409, ""))
+	check("the volume is snapshotted once detached", got.DetachedSnapshot != "")
+	check("a session sandbox stops with its primary socket", got.SessionAfterClose == "stopped")
+	check("a sixth sandbox is refused with 429", is(got.Sixth, "ConnectionEstablishmentError", 429, ""))
+	if ids := f.Running(); len(ids) > 0 {
+		t.Errorf("sandboxes left running: %v", ids)
+	}
 }

@@ -5,6 +5,20 @@
 const { Client, Sandbox } = await import(process.env.SDK_MODULE);
 
 const out = {};
+
+// Deno detaches a killed sandbox's volumes a moment after the kill and
+// answers 409 until then: what is done with them next waits, as a real
+// client of Deno must.
+async function whenDetached(f) {
+  for (let i = 0; ; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (e?.status !== 409 || i >= 100) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+}
 const client = new Client();
 const slug = "sdk-" + process.env.RUN_ID;
 
@@ -74,7 +88,7 @@ out.rootBootable = root.isBootable;
 }
 
 // snapshot of the detached root volume, then boot from it
-const snap = await client.volumes.snapshot(slug + "-root", { slug: slug + "-snap" });
+const snap = await whenDetached(() => client.volumes.snapshot(slug + "-root", { slug: slug + "-snap" }));
 out.snapshot = { slug: snap.slug, bootable: snap.isBootable };
 out.snapshotGot = (await client.snapshots.get(slug + "-snap"))?.slug ?? null;
 const snaps = [];
@@ -95,7 +109,7 @@ try {
 }
 await client.snapshots.delete(slug + "-snap");
 await client.volumes.delete(slug + "-root");
-await client.volumes.delete(slug + "-ws");
+await whenDetached(() => client.volumes.delete(slug + "-ws"));
 out.afterDelete = await client.volumes.get(slug + "-ws");
 
 // Output inherited from sandboxes goes to stdout too: the result is the
