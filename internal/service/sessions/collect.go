@@ -19,7 +19,9 @@ import (
 // off, every dependency snapshot of the deployment is unneeded, and each
 // goes snapshot_grace after it was built.
 //
-// It needs a provider that lists snapshots; for others it does nothing.
+// Where the provider lists snapshots by label, its list says which the
+// deployment has; elsewhere (Deno, Modal) the store's record of the
+// snapshots this deployment built does, and a deleted one leaves it.
 // Which snapshots are in use the ledger says (every session sandbox's
 // entry names its snapshot and is written before the create), and the
 // provider's list of sandboxes too where it can list them.
@@ -34,12 +36,12 @@ func (s *Service) CollectSnapshots(ctx context.Context, now time.Time) (int, err
 	if err != nil {
 		return 0, err
 	}
-	if !caps.Snapshots || !caps.ListSnapshots {
+	if !caps.Snapshots {
 		return 0, nil
 	}
-	snaps, err := s.prov.ListSnapshots(ctx, snapshotLabels(s.deployment))
+	snaps, err := s.deploymentSnapshots(ctx, caps.ListSnapshots)
 	if err != nil {
-		return 0, fmt.Errorf("list snapshots: %w", s.hide(err))
+		return 0, err
 	}
 	current := ""
 	if s.cfg.Enabled {
@@ -84,14 +86,41 @@ func (s *Service) CollectSnapshots(ctx context.Context, now time.Time) (int, err
 			s.log.Info("kept an old dependency snapshot: a live sandbox booted from it", "snapshot", sn.Slug)
 			continue
 		}
-		if err := s.prov.DeleteSnapshot(ctx, sn.Slug); err != nil {
+		if err := s.prov.DeleteSnapshot(ctx, sn.Slug); err != nil && !providers.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", sn.Slug, s.hide(err)))
 			continue
+		}
+		if !caps.ListSnapshots {
+			if err := s.st.ForgetSnapshot(ctx, s.deployment, sn.Slug, sn.CreatedAt); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		n++
 		s.log.Info("deleted an old dependency snapshot", "snapshot", sn.Slug, "built", sn.CreatedAt, "size_bytes", sn.SizeBytes)
 	}
 	return n, errors.Join(errs...)
+}
+
+// deploymentSnapshots are this deployment's dependency snapshots: the
+// provider's list where it can list them by label, else the store's record.
+func (s *Service) deploymentSnapshots(ctx context.Context, canList bool) ([]providers.Snapshot, error) {
+	if canList {
+		snaps, err := s.prov.ListSnapshots(ctx, snapshotLabels(s.deployment))
+		if err != nil {
+			return nil, fmt.Errorf("list snapshots: %w", s.hide(err))
+		}
+		return snaps, nil
+	}
+	recorded, err := s.st.Snapshots(ctx, s.deployment)
+	if err != nil {
+		return nil, err
+	}
+	snaps := make([]providers.Snapshot, 0, len(recorded))
+	for slug, built := range recorded {
+		snaps = append(snaps, providers.Snapshot{Slug: slug, CreatedAt: built})
+	}
+	return snaps, nil
 }
 
 // snapshotsInUse are the snapshots live sandboxes booted from, whoever's

@@ -83,12 +83,13 @@ func with(base, extra envConfig) envConfig {
 // the fake Deno: the same tests as on "local", a one-line provider swap.
 func TestOnDeno(t *testing.T) {
 	for name, body := range map[string]func(*testing.T, envConfig){
-		"WorkspaceOutlivesIdleSandbox":       workspaceOutlivesIdleSandbox,
-		"CleanupDeletesExactlyTheExpired":    cleanupDeletesExactlyTheExpired,
-		"CleanupNeverDeletesARunningSession": cleanupNeverDeletesARunningSession,
-		"RunOnASessionBeingDeleted":          runOnASessionBeingDeleted,
-		"TypeScript":                         typeScript,
-		"SnapshotBuiltOnceAndReused":         snapshotBuiltOnceAndReused,
+		"WorkspaceOutlivesIdleSandbox":        workspaceOutlivesIdleSandbox,
+		"CleanupDeletesExactlyTheExpired":     cleanupDeletesExactlyTheExpired,
+		"CleanupNeverDeletesARunningSession":  cleanupNeverDeletesARunningSession,
+		"RunOnASessionBeingDeleted":           runOnASessionBeingDeleted,
+		"TypeScript":                          typeScript,
+		"SnapshotBuiltOnceAndReused":          snapshotBuiltOnceAndReused,
+		"ChangedDependenciesLeaveOneSnapshot": changedDependenciesLeaveOneSnapshot,
 	} {
 		t.Run(name, func(t *testing.T) {
 			// Session sandboxes outlive the stack on Deno, as they outlive

@@ -255,9 +255,9 @@ func (f *snapshotFailure) again(now, until time.Time) *Error {
 const buildOutputLines = 30
 
 func (s *Service) buildSnapshot(ctx context.Context) error {
-	_, err := s.prov.GetSnapshot(ctx, s.deps.slug)
+	snap, err := s.prov.GetSnapshot(ctx, s.deps.slug)
 	if err == nil {
-		return nil
+		return s.recordSnapshot(ctx, snap, false)
 	}
 	if !providers.IsNotFound(err) {
 		return &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
@@ -265,7 +265,8 @@ func (s *Service) buildSnapshot(ctx context.Context) error {
 	s.snapshotBuilds.Add(1)
 	s.log.Info("building the dependency snapshot", "snapshot", s.deps.slug, "packages", len(s.deps.packages))
 	start := time.Now()
-	if _, err := s.prov.EnsureSnapshot(ctx, s.deps.snapshotSpec()); err != nil {
+	snap, err = s.prov.EnsureSnapshot(ctx, s.deps.snapshotSpec())
+	if err != nil {
 		shown := s.buildRedact.Error(err)
 		s.log.Error("dependency snapshot build failed", "snapshot", s.deps.slug, "err", shown)
 		if ctx.Err() != nil {
@@ -278,6 +279,29 @@ func (s *Service) buildSnapshot(ctx context.Context) error {
 		}
 	}
 	s.log.Info("dependency snapshot built", "snapshot", s.deps.slug, "took", time.Since(start))
+	return s.recordSnapshot(ctx, snap, true)
+}
+
+// recordSnapshot notes the dependency snapshot in the store where the
+// provider cannot list snapshots by label, so that CollectSnapshots finds
+// it once a later configuration replaced it. It is written before any
+// sandbox boots from the snapshot: none can be missed. built: this
+// process built it (again), rather than found it.
+func (s *Service) recordSnapshot(ctx context.Context, snap providers.Snapshot, built bool) error {
+	caps, err := s.capabilities(ctx)
+	if err != nil {
+		return &Error{Kind: KindUnavailable, Message: "the sandbox provider does not answer", Err: s.hide(err)}
+	}
+	if caps.ListSnapshots {
+		return nil
+	}
+	at := snap.CreatedAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	if err := s.st.RecordSnapshot(ctx, s.deployment, s.deps.slug, at, built); err != nil {
+		return &Error{Kind: KindUnavailable, Message: "the dependency snapshot could not be recorded", Err: err}
+	}
 	return nil
 }
 
