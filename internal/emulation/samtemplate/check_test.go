@@ -132,7 +132,7 @@ func TestRepoTemplateShape(t *testing.T) {
 		"GET /api/sandboxes/{id}/files/read", "GET /console/{file}", "GET /healthz",
 		"GET /v1/agent-runs/{id}", "GET /v1/agent-runs/{id}/artifacts/{path+}", "GET /v1/agent-runs/{id}/events",
 		"GET /v1/agent-runs/{id}/result", "GET /v1/jobs", "GET /v1/jobs/{id}",
-		"GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report", "GET /v1/openapi.json", "GET /v1/providers",
+		"GET /v1/jobs/{id}/artifacts/{path+}", "GET /v1/jobs/{id}/events", "GET /v1/jobs/{id}/report", "GET /v1/openapi.json", "GET /v1/providers",
 		"GET /v1/sandboxes", "GET /v1/sandboxes/{id}", "GET /v1/sandboxes/{id}/artifacts/{path+}",
 		"GET /v1/sandboxes/{id}/events", "GET /v1/sandboxes/{id}/execs/{eid}", "GET /v1/sandboxes/{id}/execs/{eid}/output",
 		"GET /v1/sandboxes/{id}/files", "GET /v1/sessions", "GET /v1/sessions/{sid}", "GET /v1/sessions/{sid}/events",
