@@ -126,15 +126,33 @@ func (st *stager) path(host, name string) string {
 }
 
 // start binds the staged paths and starts cmd, as uid when staging, from
-// the staging thread. Call release once bwrap has made its own mount
-// namespace (it has when it reports the sandbox's pid).
-func (st *stager) start(cmd *exec.Cmd, uid int) error {
+// the staging thread. With born set (cgroup v1), the thread that forks
+// joins the sandbox's groups first and leaves them after, so that bwrap
+// and everything it starts are born inside (see bornInto). Call release
+// once bwrap has made its own mount namespace (it has when it reports the
+// sandbox's pid).
+func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setsid = true
 	if st.ns == nil {
-		return cmd.Start()
+		if born == nil {
+			return cmd.Start()
+		}
+		// The thread that joins must be the one that forks.
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			err := born.bornInto(cmd.Start)
+			if err == nil || !errors.Is(err, errStillInside) {
+				runtime.UnlockOSThread()
+			}
+			// else the thread is retired with its goroutine, rather than
+			// left to run other goroutines inside a sandbox's groups.
+			errc <- err
+		}()
+		return <-errc
 	}
 	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	return st.ns.do(func() error {
@@ -159,7 +177,18 @@ func (st *stager) start(cmd *exec.Cmd, uid int) error {
 				return fmt.Errorf("binding %s: %w", host, err)
 			}
 		}
-		return cmd.Start()
+		if born == nil {
+			return cmd.Start()
+		}
+		err := born.bornInto(cmd.Start)
+		if errors.Is(err, errStillInside) {
+			// The staging thread is stuck in this sandbox's groups: it
+			// ends (with its namespace) rather than start the next
+			// sandbox from there; creates then fail as on a closed
+			// provider.
+			st.ns.close()
+		}
+		return err
 	})
 }
 

@@ -474,7 +474,7 @@ func (p *Provider) probe(ctx context.Context, s settings) error {
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = st.start(cmd, s.uidStart)
+	err = st.start(cmd, s.uidStart, nil)
 	if err == nil {
 		err = cmd.Wait()
 	}

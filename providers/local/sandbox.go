@@ -641,13 +641,23 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	cmd.Stderr = errW
 	// Each at its fd* number; a nil entry leaves its number closed.
 	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR, bundle, groups}
-	if groups != nil && rec.Cgroup.Version == 2 {
+	// bwrap starts inside the sandbox's groups where it can (on v1 always,
+	// see bornInto); elsewhere it is moved in once it reports the pid of
+	// the sandbox's pid 1, before that runs anything of the sandbox's.
+	var born *sandboxCgroup
+	bornInside := false
+	switch {
+	case rec.Cgroup == nil:
+	case rec.Cgroup.Version == 1:
+		born, bornInside = rec.Cgroup, true
+	case groups != nil:
 		// Started inside its group, the sandbox's cgroup namespace has the
 		// group for its root, as moving processes into the agent's exec
 		// groups requires (cgroup v2 checks both ends against it).
 		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(groups.Fd())}
+		bornInside = true
 	}
-	err = st.start(cmd, uid)
+	err = st.start(cmd, uid, born)
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("starting bwrap: %w", err))
 	}
@@ -679,8 +689,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 			startedCh <- started{err: errors.New("bwrap ended before starting the sandbox")}
 			return
 		}
-		// Into the sandbox's cgroups before the agent starts anything.
-		if err := confine(rec.Cgroup, cmd.Process.Pid, info.ChildPID); err != nil {
+		// Into the sandbox's cgroups, if not there yet, before the agent
+		// starts anything.
+		if err := confine(rec.Cgroup, bornInside, cmd.Process.Pid, info.ChildPID); err != nil {
 			startedCh <- started{initPID: info.ChildPID, err: err}
 			return
 		}
