@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -673,6 +674,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		_ = json.NewEncoder(cfgW).Encode(cfg)
 		cfgW.Close()
 	}()
+	// The follower owns the read end: the agent's stderr reaches the
+	// plugin's log for the sandbox's whole life, not only its start.
+	toClose = slices.DeleteFunc(toClose, func(f *os.File) bool { return f == errR })
 	stderr := &startupLog{}
 	go stderr.follow(errR, log)
 
