@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -105,7 +104,22 @@ type sandbox struct {
 	exited chan struct{}
 }
 
-var idPattern = regexp.MustCompile(`^sbx-[0-9a-f]{16}$`)
+// isID reports whether id is a sandbox id: "sbx-" and 16 lowercase hex
+// digits. Checked by hand rather than with a regexp compiled at package
+// init, which the agent, the same package, would pay at every sandbox
+// start.
+func isID(id string) bool {
+	digits, ok := strings.CutPrefix(id, "sbx-")
+	if !ok || len(digits) != 16 {
+		return false
+	}
+	for _, c := range []byte(digits) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func newID() string {
 	var b [8]byte
@@ -149,7 +163,7 @@ func (p *Provider) scanRecords() ([]sandboxRecord, error) {
 	var recs []sandboxRecord
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !idPattern.MatchString(id) {
+		if !ok || !isID(id) {
 			continue
 		}
 		rec, err := readRecord(filepath.Join(dir, e.Name()))
@@ -201,7 +215,7 @@ func (p *Provider) forget(id string) {
 // lookup finds a sandbox by id, in memory or (when another process started
 // it) on disk. It does not check that the sandbox is alive.
 func (p *Provider) lookup(s settings, id string) (*sandbox, bool) {
-	if !idPattern.MatchString(id) {
+	if !isID(id) {
 		return nil, false
 	}
 	p.cacheMu.Lock()
@@ -443,10 +457,23 @@ func checkEnv(k, v string) error {
 	return nil
 }
 
-var slugPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// validSlug is ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$, by hand (see isID; the
+// bounded repetition compiles into a large program).
+func validSlug(slug string) bool {
+	if len(slug) == 0 || len(slug) > 128 {
+		return false
+	}
+	for i, c := range []byte(slug) {
+		alnum := 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func checkSlug(op, kind, slug string) error {
-	if !slugPattern.MatchString(slug) {
+	if !validSlug(slug) {
 		return providers.Errorf(providers.InvalidArgument, op, "%s slug %q: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", kind, slug)
 	}
 	return nil
