@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -30,6 +32,11 @@ type stageNS struct {
 	reqs      chan func()
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// The prepared trees of ro_paths (rotree.go), by top folder; they
+	// belong to the staging thread.
+	trees   map[string]*roTree
+	treeGen int
 }
 
 func newStageNS() (*stageNS, error) {
@@ -110,6 +117,10 @@ type stager struct {
 	made   bool     // dir exists (guarded by the staging thread)
 	pairs  []string // host path, staged path, ...
 	mounts []string // staged paths of mounted images
+	// roGroups are the trees bwrap's arguments name (roTreeArg); trees
+	// the ones this launch uses (guarded by the staging thread).
+	roGroups []roGroup
+	trees    []*roTree
 }
 
 func newStager(ns *stageNS, name string) *stager {
@@ -177,6 +188,9 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 				return fmt.Errorf("binding %s: %w", host, err)
 			}
 		}
+		if err := st.useTrees(cmd.Args); err != nil {
+			return err
+		}
 		if born == nil {
 			return cmd.Start()
 		}
@@ -190,6 +204,28 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 		}
 		return err
 	})
+}
+
+// useTrees puts the current tree of each group args name in its place;
+// call it on the staging thread.
+func (st *stager) useTrees(args []string) error {
+	for i, a := range args {
+		top, ok := strings.CutPrefix(a, roTreeArg)
+		if !ok {
+			continue
+		}
+		j := slices.IndexFunc(st.roGroups, func(g roGroup) bool { return g.top == top })
+		if j < 0 {
+			return fmt.Errorf("no ro_paths group %s", top)
+		}
+		t, err := st.ns.useTree(st.roGroups[j])
+		if err != nil {
+			return err
+		}
+		st.trees = append(st.trees, t)
+		args[i] = t.dir
+	}
+	return nil
 }
 
 // mkdir makes the launch's directory; call it on the staging thread.
@@ -254,6 +290,10 @@ func (st *stager) release() error {
 				errs = append(errs, err)
 			}
 		}
+		for _, t := range st.trees {
+			st.ns.doneTree(t)
+		}
+		st.trees = nil
 		return errors.Join(errs...)
 	})
 }

@@ -153,8 +153,12 @@ type Provider struct {
 
 // settings are what Configure derives from Settings.
 type settings struct {
-	stateDir    string
-	roArgs      []string // bwrap arguments that recreate ro_paths
+	stateDir string
+	roArgs   []string // bwrap arguments that recreate ro_paths
+	// roStaged and roGroups recreate them through prepared trees, where
+	// there is a staging namespace (rotree.go).
+	roStaged    []string
+	roGroups    []roGroup
 	roPaths     []string
 	uidStart    int
 	uidSize     int
@@ -346,6 +350,7 @@ func resolveSettings(ls Settings) (settings, error) {
 	}
 	s.roPaths = slices.Sorted(slices.Values(ls.ROPaths))
 	s.roArgs = roBindArgs(s.roPaths)
+	s.roStaged, s.roGroups = roStagedArgs(s.roPaths)
 
 	s.bwrap = ls.BwrapPath
 	if s.bwrap == "" {
@@ -366,44 +371,6 @@ var reservedPaths = []string{"/proc", "/dev", "/tmp", homePath, "/.sandstep", "/
 // overlaps reports whether one of a and b is the other or lies below it.
 func overlaps(a, b string) bool {
 	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
-}
-
-// roBindArgs turns ro_paths into bwrap arguments. A path that is a symlink
-// (/bin -> usr/bin on merged-/usr systems) is recreated as the same symlink
-// when its target is visible in the sandbox, and otherwise (say
-// /etc/resolv.conf -> /run/...) its target is bound in its place. Missing
-// paths are skipped: one list serves several distributions.
-func roBindArgs(paths []string) []string {
-	visible := func(p string) bool {
-		for _, rp := range paths {
-			if p == rp || strings.HasPrefix(p, rp+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	var args []string
-	for _, rp := range paths {
-		fi, err := os.Lstat(rp)
-		if err != nil {
-			continue
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			args = append(args, "--ro-bind", rp, rp)
-			continue
-		}
-		target, err1 := os.Readlink(rp)
-		resolved, err2 := filepath.EvalSymlinks(rp)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		if visible(resolved) {
-			args = append(args, "--symlink", target, rp)
-		} else {
-			args = append(args, "--ro-bind", resolved, rp)
-		}
-	}
-	return args
 }
 
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:

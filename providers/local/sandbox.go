@@ -541,7 +541,12 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	args = append(args, "--unshare-user", "--disable-userns", "--as-pid-1",
 		"--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID),
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
-	args = append(args, s.roArgs...)
+	if st.ns != nil {
+		args = append(args, s.roStaged...)
+		st.roGroups = s.roGroups
+	} else {
+		args = append(args, s.roArgs...)
+	}
 	bundle, err := nw.bundleFile()
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("CA bundle: %w", err))
