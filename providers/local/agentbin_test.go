@@ -98,3 +98,15 @@ func TestDedicatedAgentLookup(t *testing.T) {
 		t.Errorf("a missing agentBinary gave %q", got)
 	}
 }
+
+// The agent's config (its env among it) reaches it whatever its size: one
+// larger than a pipe holds without a reader is written once bwrap runs.
+func TestLargeAgentConfig(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, n := range []int{100, 100 << 10} {
+		sb := e.create(providers.CreateSpec{Env: map[string]string{"BIG": strings.Repeat("x", n)}})
+		if out := e.sh(sb.ID, "printf %s \"$BIG\" | wc -c"); strings.TrimSpace(out) != strconv.Itoa(n) {
+			t.Errorf("an env value of %d bytes arrives as %s bytes", n, out)
+		}
+	}
+}

@@ -33,10 +33,11 @@ type stageNS struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	// The prepared trees of ro_paths (rotree.go), by top folder; they
-	// belong to the staging thread.
+	// The prepared trees of ro_paths (rotree.go), by top folder, and of
+	// /dev (devtree.go); they belong to the staging thread.
 	trees   map[string]*roTree
 	treeGen int
+	dev     string
 }
 
 func newStageNS() (*stageNS, error) {
@@ -188,7 +189,7 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 				return fmt.Errorf("binding %s: %w", host, err)
 			}
 		}
-		if err := st.useTrees(cmd.Args); err != nil {
+		if err := st.fillArgs(cmd.Args); err != nil {
 			return err
 		}
 		if born == nil {
@@ -206,10 +207,21 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 	})
 }
 
-// useTrees puts the current tree of each group args name in its place;
-// call it on the staging thread.
-func (st *stager) useTrees(args []string) error {
+// fillArgs puts in bwrap's arguments the prepared trees they stand for:
+// the current tree of each ro_paths group, /dev and this launch's devpts.
+// Call it on the staging thread.
+func (st *stager) fillArgs(args []string) error {
 	for i, a := range args {
+		var err error
+		switch a {
+		case devTreeArg:
+			args[i], err = st.ns.devTree()
+		case devptsArg:
+			args[i], err = st.devpts()
+		}
+		if err != nil {
+			return err
+		}
 		top, ok := strings.CutPrefix(a, roTreeArg)
 		if !ok {
 			continue

@@ -555,13 +555,13 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		defer bundle.Close()
 		args = append(args, "--ro-bind-data", fmt.Sprint(fdBundle), nw.bundlePath)
 	}
-	// bwrap's /dev is a tmpfs the sandbox could fill RAM through: it is made
-	// read-only, and shared memory gets a tmpfs of bounded size. The
+	// /dev is a tmpfs the sandbox could fill RAM through: it is read-only,
+	// and shared memory gets a tmpfs of bounded size (devArgs). The
 	// scratch directories are tmpfs mounts of bounded size too, private to
 	// the sandbox; what they hold counts against its memory.
-	args = append(args, "--proc", "/proc", "--dev", "/dev",
-		"--size", fmt.Sprint(shmSize), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-		"--size", fmt.Sprint(s.tmpSize), "--perms", "1777", "--tmpfs", "/tmp",
+	args = append(args, "--proc", "/proc")
+	args = append(args, devArgs(st.ns != nil)...)
+	args = append(args, "--size", fmt.Sprint(s.tmpSize), "--perms", "1777", "--tmpfs", "/tmp",
 		"--size", fmt.Sprint(s.homeSize), "--perms", "0755", "--tmpfs", homePath)
 	workMounted := false
 	for _, m := range rec.Mounts {
@@ -668,6 +668,21 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	if groups != nil {
 		cfg.ExecGroups = rec.Cgroup.Version
 	}
+	// The agent reads its config first thing: written now, it is waiting
+	// in the pipe, unless it is larger than a pipe holds without a reader
+	// (64 KiB on Linux; the env can be large).
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, op, err)
+	}
+	cfgSent := false
+	if len(cfgJSON) <= 32<<10 {
+		if _, err := cfgW.Write(cfgJSON); err != nil {
+			return nil, providers.Wrap(providers.Internal, op, err)
+		}
+		cfgW.Close()
+		cfgSent = true
+	}
 	// Not the request's ctx: the sandbox outlives the call that made it.
 	cmd := exec.Command(s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + homePath}
@@ -702,10 +717,12 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		_ = cmd.Wait()
 		close(sb.exited)
 	}()
-	go func() {
-		_ = json.NewEncoder(cfgW).Encode(cfg)
-		cfgW.Close()
-	}()
+	if !cfgSent {
+		go func() {
+			_, _ = cfgW.Write(cfgJSON)
+			cfgW.Close()
+		}()
+	}
 	// The follower owns the read end: the agent's stderr reaches the
 	// plugin's log for the sandbox's whole life, not only its start.
 	toClose = slices.DeleteFunc(toClose, func(f *os.File) bool { return f == errR })
