@@ -633,11 +633,37 @@ func (cg *sandboxCgroup) bornInto(start func() error) error {
 		err = start()
 	}
 	for _, dir := range dirs[:joined] {
-		if lerr := writeCgroupFile(filepath.Join(filepath.Dir(dir), "tasks"), "0"); lerr != nil {
+		home := filepath.Dir(dir)
+		if lerr := writeCgroupFile(filepath.Join(home, "tasks"), "0"); lerr != nil {
 			return errors.Join(err, fmt.Errorf("%w: %w", errStillInside, lerr))
+		}
+		if rerr := reclaimThreads(dir, home); rerr != nil {
+			err = errors.Join(err, rerr)
 		}
 	}
 	return err
+}
+
+// reclaimThreads moves back to home any thread of this process left in
+// the group dir. The Go runtime may start a thread from the one that had
+// joined the group (a new thread inherits its creator's groups): left
+// there, a plugin thread would count against the sandbox and keep its
+// groups from being removed. It takes the slow path of a move, but only
+// when there is such a thread; a check reads one small tasks file.
+func reclaimThreads(dir, home string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	for _, tid := range strings.Fields(string(b)) {
+		if _, err := os.Stat("/proc/self/task/" + tid); err != nil {
+			continue // not ours (bwrap), or gone
+		}
+		if err := writeCgroupFile(filepath.Join(home, "tasks"), tid); err != nil {
+			return fmt.Errorf("taking a thread of the plugin out of %s: %w", dir, err)
+		}
+	}
+	return nil
 }
 
 // confine puts a starting sandbox (bwrap and the agent, its pid 1) into

@@ -127,6 +127,26 @@ func (g *execGroup) leave() error {
 	return nil
 }
 
+// reclaim moves back to the sandbox's group any thread of the agent left in
+// the group after the forking thread left: the Go runtime may start a
+// thread from the one that had joined (a new thread inherits its creator's
+// groups), and one left there would keep the group from being removed. It
+// takes the slow path of a move, but only when there is such a thread.
+func (g *execGroup) reclaim() {
+	fd, err := unix.Openat(g.gs.dir, g.name+"/tasks", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var buf [512]byte
+	n, _ := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	for _, tid := range strings.Fields(string(buf[:max(n, 0)])) {
+		if _, err := os.Stat("/proc/self/task/" + tid); err == nil {
+			_, _ = unix.Write(g.gs.home, []byte(tid))
+		}
+	}
+}
+
 // enter moves process pid, stopped before its first instruction, into the
 // group.
 func (g *execGroup) enter(pid int) error {
@@ -293,6 +313,7 @@ func (r *reaper) startLocked(g *execGroup, lim rlimits, path string, argv []stri
 			stuck = true
 			return err
 		}
+		g.reclaim()
 		return nil
 	}
 	pid, err := startTraced(path, argv, attr, func(pid int) error {
