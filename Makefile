@@ -28,6 +28,8 @@ plugins:
 	  echo "build $(PLUGINDIR)/$$p"; \
 	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PLUGINDIR)/$$p ./$$d/$$p || exit 1; \
 	done
+	@# The local provider's agent inside sandboxes, which the plugin takes from its folder.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(PLUGINDIR)/sandstep-local-agent ./providers/local/cmd/sandstep-local-agent
 
 # Programs that run inside sandboxes: static, mounted by the local provider
 # from bin/sandbox (tools_dir) and uploaded to providers without a mount.

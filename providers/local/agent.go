@@ -84,12 +84,14 @@ func runAgent() int {
 	log := slog.New(logging.NewHandler(os.Stderr, logging.Options{})).With("role", "agent")
 	// The agent is the sandbox's pid 1 (bwrap --as-pid-1): when it ends, the
 	// kernel ends every process in the sandbox, and from inside the
-	// sandbox it receives only the signals it handles. So it handles all of
-	// them and acts on none but SIGCHLD; with every signal caught rather
-	// than ignored, the commands it starts get default dispositions. This
-	// also keeps a broken stderr pipe (a restarted plugin) from killing it.
+	// sandbox it receives only the signals it handles. The Go runtime
+	// handles nearly all of them, and ends the program on those in
+	// fatalSignals unless they are relayed to a channel; so those are, and
+	// acted on none but SIGCHLD. Caught rather than ignored, they reach the
+	// commands the agent starts with default dispositions. This also keeps
+	// a broken stderr pipe (a restarted plugin) from killing it.
 	sigs := make(chan os.Signal, 64)
-	signal.Notify(sigs)
+	signal.Notify(sigs, fatalSignals...)
 	reaper := newReaper()
 	go reaper.run(sigs)
 
@@ -146,6 +148,20 @@ func runAgent() int {
 		}
 		go a.handle(conn)
 	}
+}
+
+// fatalSignals are the signals on which the Go runtime ends a program that
+// does not relay them (runtime/sigtab_linux_generic.go: the ones marked
+// _SigKill, _SigThrow or _SigPanic, and SIGPIPE on a write to stdout or
+// stderr); SIGCHLD, which drives the reaper; and the job control signals,
+// which the runtime leaves at their default (stop) unless relayed. The
+// runtime catches and drops the others itself. Relaying every signal
+// instead costs the agent's start about 0.7 ms: each one enabled is a
+// round trip to the runtime's signal thread.
+var fatalSignals = []os.Signal{
+	unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP, unix.SIGABRT, unix.SIGBUS,
+	unix.SIGFPE, unix.SIGSEGV, unix.SIGPIPE, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGCHLD, unix.SIGSYS,
+	unix.SIGCONT, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU,
 }
 
 // closeInheritedFDs closes every descriptor a sandbox process could use to

@@ -13,9 +13,11 @@ import (
 	"github.com/sandstep/sandstep/providers"
 )
 
-// The agent in these benchmarks is the test binary. Run them with
-// CGO_ENABLED=0 for a static binary, as the plugin is built, or the
-// dynamic loader's work is counted in every exec.
+// The agent in the create and exec benchmarks is the dedicated agent
+// (cmd/sandstep-local-agent, built once), as the plugin runs it; elsewhere
+// it is the test binary. Run them with CGO_ENABLED=0 for a static binary,
+// as the plugin is built, or the dynamic loader's work is counted in every
+// exec.
 
 // BenchmarkCreateToFirstExec creates a sandbox, runs `true` in it and
 // terminates it: ms-to-first-exec-p50 is from calling Create to the end of
@@ -36,6 +38,7 @@ func BenchmarkCreateToFirstExec(b *testing.B) {
 		{"all+secret", providers.CreateSpec{Network: providers.NetworkPolicy{Mode: providers.NetworkAll},
 			Secrets: []providers.Secret{{Name: "K", Value: "v", Hosts: []string{"api.example.com"}}}}},
 	}
+	useDedicatedAgent(b)
 	for _, c := range specs {
 		b.Run(c.name, func(b *testing.B) { benchCreateToFirstExec(b, newEnv(b, nil), c.spec) })
 	}
@@ -76,6 +79,7 @@ func benchCreateToFirstExec(b *testing.B, e *testEnv, spec providers.CreateSpec)
 // from the benchmark process (fork-exec-p50), the floor of starting any
 // command: x-fork-exec is the ratio of the two medians.
 func BenchmarkExecTrue(b *testing.B) {
+	useDedicatedAgent(b)
 	for _, shim := range []bool{false, true} {
 		name := "agent"
 		if shim {

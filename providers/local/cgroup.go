@@ -234,8 +234,9 @@ func (cg *sandboxCgroup) execDir() string {
 }
 
 // openExecDir hands the sandbox's uid what the agent needs to make exec
-// groups below dir (the directory, and on v2 the cgroup.procs that moving a
-// process between two of them is checked against) and opens it for the
+// groups below dir (the directory; on v2 the cgroup.procs that moving a
+// process between two of them is checked against; on v1 the tasks file its
+// forking thread returns through, see direct.go) and opens it for the
 // agent. The limits' files stay root's, so the sandbox cannot raise them,
 // nor can it enable controllers for its groups. The sandbox has no cgroup
 // file system of its own; only the agent holds the descriptor.
@@ -245,7 +246,11 @@ func (cg *sandboxCgroup) openExecDir(uid int, chown bool) (*os.File, error) {
 		return nil, nil
 	}
 	if chown {
-		for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs")} {
+		own := []string{dir, filepath.Join(dir, "cgroup.procs")}
+		if cg.Version == 1 {
+			own = append(own, filepath.Join(dir, "tasks"))
+		}
+		for _, p := range own {
 			if err := os.Chown(p, uid, uid); err != nil {
 				return nil, fmt.Errorf("handing %s to the sandbox: %w", p, err)
 			}
@@ -598,11 +603,77 @@ func hasAll(have []string, want ...string) bool {
 	return true
 }
 
+// errStillInside is bornInto's failure to take the calling thread back
+// out of a sandbox's groups: the thread must not run anything else.
+var errStillInside = errors.New("the thread that started the sandbox is still in its cgroups")
+
+// bornInto runs start, which forks, with the calling OS thread (locked to
+// its goroutine) inside the sandbox's v1 groups, and takes the thread back
+// to the groups it came from after. The child is born inside, which costs
+// a few writes; moving a process in after it started takes the kernel's
+// cgroup_threadgroup_rwsem for writing, which waits for an RCU grace
+// period: 1 to 9 ms per sandbox on this project's development machine,
+// more under load. A thread moving itself through the tasks file ("0" is
+// the writer) takes no such lock. The groups are made below the plugin's
+// own (see detectV1), so their parents are where the thread returns.
+func (cg *sandboxCgroup) bornInto(start func() error) error {
+	if cg == nil || cg.Version != 1 {
+		return start()
+	}
+	dirs := cg.dirs()
+	var err error
+	joined := 0
+	for _, dir := range dirs {
+		if err = writeCgroupFile(filepath.Join(dir, "tasks"), "0"); err != nil {
+			break
+		}
+		joined++
+	}
+	if err == nil {
+		err = start()
+	}
+	for _, dir := range dirs[:joined] {
+		home := filepath.Dir(dir)
+		if lerr := writeCgroupFile(filepath.Join(home, "tasks"), "0"); lerr != nil {
+			return errors.Join(err, fmt.Errorf("%w: %w", errStillInside, lerr))
+		}
+		if rerr := reclaimThreads(dir, home); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return err
+}
+
+// reclaimThreads moves back to home any thread of this process left in
+// the group dir. The Go runtime may start a thread from the one that had
+// joined the group (a new thread inherits its creator's groups): left
+// there, a plugin thread would count against the sandbox and keep its
+// groups from being removed. It takes the slow path of a move, but only
+// when there is such a thread; a check reads one small tasks file.
+func reclaimThreads(dir, home string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	for _, tid := range strings.Fields(string(b)) {
+		if _, err := os.Stat("/proc/self/task/" + tid); err != nil {
+			continue // not ours (bwrap), or gone
+		}
+		if err := writeCgroupFile(filepath.Join(home, "tasks"), tid); err != nil {
+			return fmt.Errorf("taking a thread of the plugin out of %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
 // confine puts a starting sandbox (bwrap and the agent, its pid 1) into
-// its groups and out of the OOM killer's reach.
-func confine(cg *sandboxCgroup, bwrapPID, initPID int) error {
-	if err := cg.attach(bwrapPID, initPID); err != nil {
-		return fmt.Errorf("moving the sandbox into its cgroups: %w", err)
+// its groups, unless it was born inside them, and out of the OOM killer's
+// reach.
+func confine(cg *sandboxCgroup, bornInside bool, bwrapPID, initPID int) error {
+	if !bornInside {
+		if err := cg.attach(bwrapPID, initPID); err != nil {
+			return fmt.Errorf("moving the sandbox into its cgroups: %w", err)
+		}
 	}
 	return shieldFromOOM(bwrapPID, initPID)
 }

@@ -26,11 +26,23 @@ import (
 // 1 ms here, twice a fork and exec of /bin/true). Without a group directory,
 // or when a group cannot be made, execs go through the shim as before.
 
+// On cgroup v1 the command is born inside its group: the agent thread that
+// forks it joins the group first, through the group's tasks file, and goes
+// back to the sandbox's group after. Moving a started process in instead
+// (writing its pid to cgroup.procs) takes the kernel's
+// cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period:
+// 6 to 12 ms for the first exec of a sandbox on this project's development
+// machine under load. A thread moving itself takes no such lock.
+
 // execGroups makes and removes the exec groups of one sandbox.
 type execGroups struct {
 	dir     int // directory descriptor of the sandbox's group; owned for the agent's life
 	version int // 1 or 2
-	next    atomic.Int64
+	// home is the sandbox group's tasks file, open for writing, where a
+	// thread that joined an exec group returns (v1); -1 where the agent
+	// cannot write it, and commands are moved in after they start.
+	home int
+	next atomic.Int64
 	// off is set after a failure that would repeat: every later exec
 	// takes the shim.
 	off atomic.Bool
@@ -57,7 +69,13 @@ func openExecGroups(dir, version int) *execGroups {
 		unix.Close(dir)
 		return nil
 	}
-	return &execGroups{dir: dir, version: version}
+	gs := &execGroups{dir: dir, version: version, home: -1}
+	if version == 1 {
+		if fd, err := unix.Openat(dir, "tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			gs.home = fd
+		}
+	}
+	return gs
 }
 
 // execGroup is one exec's group.
@@ -65,6 +83,7 @@ type execGroup struct {
 	gs    *execGroups
 	name  string
 	procs int // its cgroup.procs, open for writing
+	tasks int // its tasks (v1, with gs.home), open for writing; else -1
 }
 
 // make creates a fresh group; nil means: use the shim.
@@ -81,7 +100,51 @@ func (gs *execGroups) make() (*execGroup, error) {
 		_ = unix.Unlinkat(gs.dir, name, unix.AT_REMOVEDIR)
 		return nil, fmt.Errorf("exec group %s: %w", name, err)
 	}
-	return &execGroup{gs: gs, name: name, procs: procs}, nil
+	g := &execGroup{gs: gs, name: name, procs: procs, tasks: -1}
+	if gs.home >= 0 {
+		// Without it, this command is moved in after it starts.
+		if fd, err := unix.Openat(gs.dir, name+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+			g.tasks = fd
+		}
+	}
+	return g, nil
+}
+
+// join moves the calling thread, locked to its goroutine, into the group:
+// what it forks next is born inside.
+func (g *execGroup) join() error {
+	if _, err := unix.Write(g.tasks, []byte("0")); err != nil {
+		return fmt.Errorf("joining exec group %s: %w", g.name, err)
+	}
+	return nil
+}
+
+// leave takes the calling thread back to the sandbox's group.
+func (g *execGroup) leave() error {
+	if _, err := unix.Write(g.gs.home, []byte("0")); err != nil {
+		return fmt.Errorf("leaving exec group %s: %w", g.name, err)
+	}
+	return nil
+}
+
+// reclaim moves back to the sandbox's group any thread of the agent left in
+// the group after the forking thread left: the Go runtime may start a
+// thread from the one that had joined (a new thread inherits its creator's
+// groups), and one left there would keep the group from being removed. It
+// takes the slow path of a move, but only when there is such a thread.
+func (g *execGroup) reclaim() {
+	fd, err := unix.Openat(g.gs.dir, g.name+"/tasks", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	var buf [512]byte
+	n, _ := unix.Read(fd, buf[:])
+	unix.Close(fd)
+	for _, tid := range strings.Fields(string(buf[:max(n, 0)])) {
+		if _, err := os.Stat("/proc/self/task/" + tid); err == nil {
+			_, _ = unix.Write(g.gs.home, []byte(tid))
+		}
+	}
 }
 
 // enter moves process pid, stopped before its first instruction, into the
@@ -112,7 +175,8 @@ func (g *execGroup) members() []int {
 	}
 	var pids []int
 	for _, s := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(s); err == nil {
+		// Never the agent itself, had one of its threads failed to leave.
+		if p, err := strconv.Atoi(s); err == nil && p != os.Getpid() {
 			pids = append(pids, p)
 		}
 	}
@@ -151,6 +215,9 @@ func (g *execGroup) kill(bound time.Duration) bool {
 // The plugin removes whatever remains when the sandbox ends.
 func (g *execGroup) release() {
 	unix.Close(g.procs)
+	if g.tasks >= 0 {
+		unix.Close(g.tasks)
+	}
 	if g.remove() {
 		return
 	}
@@ -209,13 +276,54 @@ func (r *reaper) reap() {
 // the OOM killer, as startLimited does in the shim; the status of its main
 // process arrives on the returned channel.
 func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, attr *syscall.ProcAttr) (<-chan unix.WaitStatus, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	type started struct {
+		ch  <-chan unix.WaitStatus
+		err error
+	}
+	done := make(chan started, 1)
+	// On a thread of its own: the thread that forks is the tracer, and it
+	// may join the exec group; should it fail to leave, its goroutine
+	// ends still locked, which ends the thread too.
+	go func() {
+		runtime.LockOSThread()
+		ch, stuck, err := r.startLocked(g, lim, path, argv, attr)
+		if !stuck {
+			runtime.UnlockOSThread()
+		}
+		done <- started{ch, err}
+	}()
+	s := <-done
+	return s.ch, s.err
+}
+
+// startLocked is start on a locked thread; stuck says the thread could
+// not leave the exec group.
+func (r *reaper) startLocked(g *execGroup, lim rlimits, path string, argv []string, attr *syscall.ProcAttr) (ch <-chan unix.WaitStatus, stuck bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pid, err := startTraced(path, argv, attr, func(pid int) error {
-		if err := g.enter(pid); err != nil {
+	// Where the thread cannot join, the command is moved in once stopped.
+	joined := g.tasks >= 0 && g.join() == nil
+	inside := joined
+	leave := func() error {
+		if !inside {
+			return nil
+		}
+		inside = false
+		if err := g.leave(); err != nil {
+			stuck = true
 			return err
+		}
+		g.reclaim()
+		return nil
+	}
+	pid, err := startTraced(path, argv, attr, func(pid int) error {
+		if err := leave(); err != nil {
+			return err
+		}
+		if !joined {
+			if err := g.enter(pid); err != nil {
+				return err
+			}
 		}
 		// The agent is never first in line itself: no need to look.
 		if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(oomFirstAdj), 0); err != nil {
@@ -223,10 +331,14 @@ func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, at
 		}
 		return lim.apply(pid)
 	})
-	if err != nil {
-		return nil, err
+	// Still inside when the fork failed before prepare ran.
+	if lerr := leave(); err == nil {
+		err = lerr
 	}
-	ch := make(chan unix.WaitStatus, 1)
-	r.waiters[pid] = ch
-	return ch, nil
+	if err != nil {
+		return nil, stuck, err
+	}
+	wait := make(chan unix.WaitStatus, 1)
+	r.waiters[pid] = wait
+	return wait, false, nil
 }

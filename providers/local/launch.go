@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -30,6 +32,12 @@ type stageNS struct {
 	reqs      chan func()
 	done      chan struct{}
 	closeOnce sync.Once
+
+	// The prepared trees of ro_paths (rotree.go), by top folder, and of
+	// /dev (devtree.go); they belong to the staging thread.
+	trees   map[string]*roTree
+	treeGen int
+	dev     string
 }
 
 func newStageNS() (*stageNS, error) {
@@ -110,6 +118,10 @@ type stager struct {
 	made   bool     // dir exists (guarded by the staging thread)
 	pairs  []string // host path, staged path, ...
 	mounts []string // staged paths of mounted images
+	// roGroups are the trees bwrap's arguments name (roTreeArg); trees
+	// the ones this launch uses (guarded by the staging thread).
+	roGroups []roGroup
+	trees    []*roTree
 }
 
 func newStager(ns *stageNS, name string) *stager {
@@ -126,15 +138,33 @@ func (st *stager) path(host, name string) string {
 }
 
 // start binds the staged paths and starts cmd, as uid when staging, from
-// the staging thread. Call release once bwrap has made its own mount
-// namespace (it has when it reports the sandbox's pid).
-func (st *stager) start(cmd *exec.Cmd, uid int) error {
+// the staging thread. With born set (cgroup v1), the thread that forks
+// joins the sandbox's groups first and leaves them after, so that bwrap
+// and everything it starts are born inside (see bornInto). Call release
+// once bwrap has made its own mount namespace (it has when it reports the
+// sandbox's pid).
+func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Setsid = true
 	if st.ns == nil {
-		return cmd.Start()
+		if born == nil {
+			return cmd.Start()
+		}
+		// The thread that joins must be the one that forks.
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			err := born.bornInto(cmd.Start)
+			if err == nil || !errors.Is(err, errStillInside) {
+				runtime.UnlockOSThread()
+			}
+			// else the thread is retired with its goroutine, rather than
+			// left to run other goroutines inside a sandbox's groups.
+			errc <- err
+		}()
+		return <-errc
 	}
 	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
 	return st.ns.do(func() error {
@@ -159,8 +189,55 @@ func (st *stager) start(cmd *exec.Cmd, uid int) error {
 				return fmt.Errorf("binding %s: %w", host, err)
 			}
 		}
-		return cmd.Start()
+		if err := st.fillArgs(cmd.Args); err != nil {
+			return err
+		}
+		if born == nil {
+			return cmd.Start()
+		}
+		err := born.bornInto(cmd.Start)
+		if errors.Is(err, errStillInside) {
+			// The staging thread is stuck in this sandbox's groups: it
+			// ends (with its namespace) rather than start the next
+			// sandbox from there; creates then fail as on a closed
+			// provider.
+			st.ns.close()
+		}
+		return err
 	})
+}
+
+// fillArgs puts in bwrap's arguments the prepared trees they stand for:
+// the current tree of each ro_paths group, /dev and this launch's devpts.
+// Call it on the staging thread.
+func (st *stager) fillArgs(args []string) error {
+	for i, a := range args {
+		var err error
+		switch a {
+		case devTreeArg:
+			args[i], err = st.ns.devTree()
+		case devptsArg:
+			args[i], err = st.devpts()
+		}
+		if err != nil {
+			return err
+		}
+		top, ok := strings.CutPrefix(a, roTreeArg)
+		if !ok {
+			continue
+		}
+		j := slices.IndexFunc(st.roGroups, func(g roGroup) bool { return g.top == top })
+		if j < 0 {
+			return fmt.Errorf("no ro_paths group %s", top)
+		}
+		t, err := st.ns.useTree(st.roGroups[j])
+		if err != nil {
+			return err
+		}
+		st.trees = append(st.trees, t)
+		args[i] = t.dir
+	}
+	return nil
 }
 
 // mkdir makes the launch's directory; call it on the staging thread.
@@ -225,6 +302,10 @@ func (st *stager) release() error {
 				errs = append(errs, err)
 			}
 		}
+		for _, t := range st.trees {
+			st.ns.doneTree(t)
+		}
+		st.trees = nil
 		return errors.Join(errs...)
 	})
 }

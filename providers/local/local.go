@@ -47,6 +47,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,10 +60,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/logging"
 	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 	"github.com/sandstep/sandstep/providers/egress"
-	"github.com/sandstep/sandstep/providers/plugin"
 )
 
 // Paths inside every sandbox.
@@ -105,6 +106,9 @@ type Provider struct {
 	// noExecGroups sends every exec through the shim, as on a host
 	// without cgroups (tests of that path set it).
 	noExecGroups bool
+	// agentBinary, when set, is the dedicated agent to use instead of
+	// the one next to the plugin's binary (tests set it).
+	agentBinary string
 
 	mu         sync.Mutex // guards the configuration below
 	configured bool
@@ -149,8 +153,12 @@ type Provider struct {
 
 // settings are what Configure derives from Settings.
 type settings struct {
-	stateDir    string
-	roArgs      []string // bwrap arguments that recreate ro_paths
+	stateDir string
+	roArgs   []string // bwrap arguments that recreate ro_paths
+	// roStaged and roGroups recreate them through prepared trees, where
+	// there is a staging namespace (rotree.go).
+	roStaged    []string
+	roGroups    []roGroup
 	roPaths     []string
 	uidStart    int
 	uidSize     int
@@ -181,7 +189,7 @@ type settings struct {
 // New returns an unconfigured provider.
 func New() *Provider {
 	return &Provider{
-		log:     plugin.Logger("provider", "local"),
+		log:     logging.Default("provider", "local"),
 		cache:   make(map[string]*sandbox),
 		flights: make(map[string]*flight),
 		stop:    make(chan struct{}),
@@ -259,7 +267,11 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	if err != nil {
 		return providers.Wrap(providers.Internal, "configure", err)
 	}
-	if s.agentBin, err = installAgent(s.stateDir, exe); err != nil {
+	agentSrc := p.dedicatedAgent(exe)
+	if agentSrc == "" {
+		agentSrc = exe
+	}
+	if s.agentBin, err = installAgent(s.stateDir, agentSrc); err != nil {
 		return providers.Wrap(providers.Internal, "configure", err)
 	}
 	if s.isRoot {
@@ -272,7 +284,16 @@ func (p *Provider) Configure(ctx context.Context, cfg providers.Config) error {
 	if err := p.enforceLimits(ctx, &s); err != nil {
 		return err
 	}
-	if err := p.probe(ctx, s); err != nil {
+	err = p.probe(ctx, s)
+	if errors.Is(err, errAgentMismatch) && agentSrc != exe {
+		p.log.Warn("the agent next to the plugin is from another build; sandboxes run the plugin's own binary as their agent, which starts slower",
+			"agent", agentSrc, "err", err)
+		if s.agentBin, err = installAgent(s.stateDir, exe); err != nil {
+			return providers.Wrap(providers.Internal, "configure", err)
+		}
+		err = p.probe(ctx, s)
+	}
+	if err != nil {
 		return err
 	}
 	proxy, err := newEgressProxy(ls, p.log)
@@ -329,6 +350,7 @@ func resolveSettings(ls Settings) (settings, error) {
 	}
 	s.roPaths = slices.Sorted(slices.Values(ls.ROPaths))
 	s.roArgs = roBindArgs(s.roPaths)
+	s.roStaged, s.roGroups = roStagedArgs(s.roPaths)
 
 	s.bwrap = ls.BwrapPath
 	if s.bwrap == "" {
@@ -349,44 +371,6 @@ var reservedPaths = []string{"/proc", "/dev", "/tmp", homePath, "/.sandstep", "/
 // overlaps reports whether one of a and b is the other or lies below it.
 func overlaps(a, b string) bool {
 	return a == b || strings.HasPrefix(a, b+"/") || strings.HasPrefix(b, a+"/")
-}
-
-// roBindArgs turns ro_paths into bwrap arguments. A path that is a symlink
-// (/bin -> usr/bin on merged-/usr systems) is recreated as the same symlink
-// when its target is visible in the sandbox, and otherwise (say
-// /etc/resolv.conf -> /run/...) its target is bound in its place. Missing
-// paths are skipped: one list serves several distributions.
-func roBindArgs(paths []string) []string {
-	visible := func(p string) bool {
-		for _, rp := range paths {
-			if p == rp || strings.HasPrefix(p, rp+"/") {
-				return true
-			}
-		}
-		return false
-	}
-	var args []string
-	for _, rp := range paths {
-		fi, err := os.Lstat(rp)
-		if err != nil {
-			continue
-		}
-		if fi.Mode()&os.ModeSymlink == 0 {
-			args = append(args, "--ro-bind", rp, rp)
-			continue
-		}
-		target, err1 := os.Readlink(rp)
-		resolved, err2 := filepath.EvalSymlinks(rp)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		if visible(resolved) {
-			args = append(args, "--symlink", target, rp)
-		} else {
-			args = append(args, "--ro-bind", resolved, rp)
-		}
-	}
-	return args
 }
 
 // prepareStateDir creates state_dir's layout, private to the plugin's uid:
@@ -456,9 +440,34 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	return out.Close()
 }
 
+// AgentBinary is the name of the dedicated agent binary
+// (cmd/sandstep-local-agent), which the plugin looks for next to its own.
+const AgentBinary = "sandstep-local-agent"
+
+// dedicatedAgent returns the agent binary to bind into sandboxes instead of
+// the plugin's own (exe), or "" when there is none. The plugin's binary can
+// be the agent too (RunSandboxRole), but its gRPC and protobuf packages
+// make its start 3-4 ms slower, at every sandbox start.
+func (p *Provider) dedicatedAgent(exe string) string {
+	path := p.agentBinary
+	if path == "" {
+		path = filepath.Join(filepath.Dir(exe), AgentBinary)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return ""
+	}
+	return path
+}
+
+// errAgentMismatch is a probe whose agent speaks another protocol than the
+// plugin (see agentProtocol).
+var errAgentMismatch = errors.New("the agent binary is from another build of the provider")
+
 // probe starts one throw-away sandbox, so that a machine where user
 // namespaces are disabled or the agent cannot run fails at Configure with
-// bubblewrap's own words instead of at the first Create.
+// bubblewrap's own words instead of at the first Create. It also checks
+// that the agent speaks the plugin's protocol.
 func (p *Provider) probe(ctx context.Context, s settings) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -474,17 +483,23 @@ func (p *Provider) probe(ctx context.Context, s settings) error {
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err = st.start(cmd, s.uidStart)
+	err = st.start(cmd, s.uidStart, nil)
 	if err == nil {
 		err = cmd.Wait()
 	}
 	if rerr := st.release(); err == nil {
 		err = rerr
 	}
-	if err != nil || strings.TrimSpace(out.String()) != "ok" {
+	said := strings.TrimSpace(out.String())
+	proto, ok := strings.CutPrefix(said, "ok ")
+	if err != nil || !ok && said != "ok" {
 		return providers.Errorf(providers.FailedPrecondition, "configure",
 			"bubblewrap cannot start a sandbox here (%v): %s; unprivileged user namespaces must be enabled (user.max_user_namespaces > 0, and kernel.unprivileged_userns_clone=1 where that sysctl exists)",
-			err, strings.TrimSpace(out.String()))
+			err, said)
+	}
+	if want := agentProtocol(); proto != want {
+		// An agent of a build from before the check says only "ok".
+		return providers.Wrap(providers.FailedPrecondition, "configure", fmt.Errorf("%w: it speaks %q, the plugin %q", errAgentMismatch, proto, want))
 	}
 	return nil
 }

@@ -7,10 +7,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -18,7 +21,44 @@ import (
 // run it with a role argument.
 func TestMain(m *testing.M) {
 	RunSandboxRole()
-	os.Exit(m.Run())
+	code := m.Run()
+	if agentDir != "" {
+		os.RemoveAll(agentDir)
+	}
+	os.Exit(code)
+}
+
+// envAgent is the dedicated agent newEnv's providers use ("" = the test
+// binary); see useDedicatedAgent.
+var envAgent string
+
+// agentDir holds the agent buildAgent built, removed by TestMain.
+var agentDir string
+
+var buildAgent = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sandstep-agent-")
+	if err != nil {
+		return "", err
+	}
+	agentDir = dir
+	if _, err := testbin.Build(dir, testbin.LocalAgent); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, testbin.LocalAgent), nil
+})
+
+// useDedicatedAgent builds cmd/sandstep-local-agent (once per test binary)
+// and makes the providers newEnv configures until t ends use it, as the
+// plugin does in production: the benchmarks measure the real start.
+func useDedicatedAgent(t testing.TB) string {
+	t.Helper()
+	path, err := buildAgent()
+	if err != nil {
+		t.Fatalf("building the agent: %v", err)
+	}
+	envAgent = path
+	t.Cleanup(func() { envAgent = "" })
+	return path
 }
 
 // requireBwrap skips without bubblewrap, and fails under CI=true.
@@ -35,6 +75,7 @@ func requireBwrap(t testing.TB) {
 type testEnv struct {
 	t        testing.TB
 	p        *Provider
+	agent    string // the dedicated agent binary, "" for the test binary
 	dir      string
 	ctx      context.Context
 	extra    Settings
@@ -59,7 +100,7 @@ func newEnvDefaults(t testing.TB, mod func(*Settings), dmod func(*providers.Sand
 	if mod != nil {
 		mod(&ls)
 	}
-	e := &testEnv{t: t, dir: ls.StateDir, ctx: context.Background(), extra: ls,
+	e := &testEnv{t: t, dir: ls.StateDir, ctx: context.Background(), extra: ls, agent: envAgent,
 		defaults: providers.SandboxDefaults{Lifetime: 10 * time.Minute, ExecTimeout: time.Minute}}
 	if dmod != nil {
 		dmod(&e.defaults)
@@ -100,6 +141,9 @@ func (e *testEnv) configure() (*Provider, error) {
 		return nil, err
 	}
 	p := New()
+	// Else the test binary is the agent (TestMain): no dedicated agent
+	// lies next to it.
+	p.agentBinary = e.agent
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return p, p.Configure(ctx, providers.Config{

@@ -9,12 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The provider binary plays three roles besides the plugin. bwrap runs it,
-// bound read-only at agentPath, as roleAgent. The agent starts commands
-// itself, each in a cgroup of its own (direct.go); where it has no cgroup to
-// make them in, it re-executes itself as roleShim, one per exec: the
-// subreaper that owns the command's process tree. roleProbe checks at
-// Configure that the binary runs inside a sandbox at all.
+// The agent binary (cmd/sandstep-local-agent, or the provider binary
+// itself) plays three roles. bwrap runs it, bound read-only at agentPath,
+// as roleAgent. The agent starts commands itself, each in a cgroup of its
+// own (direct.go); where it has no cgroup to make them in, it re-executes
+// itself as roleShim, one per exec: the subreaper that owns the command's
+// process tree. roleProbe checks at Configure that the binary runs inside a
+// sandbox at all and speaks the plugin's protocol (agentProtocol).
 const (
 	roleAgent = "__sandstep_agent"
 	roleShim  = "__sandstep_shim"
@@ -35,7 +36,7 @@ func RunSandboxRole() {
 	case roleShim:
 		os.Exit(runShim(os.Args[2:]))
 	case roleProbe:
-		fmt.Println("ok")
+		fmt.Println("ok", agentProtocol())
 		os.Exit(0)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -104,7 +104,22 @@ type sandbox struct {
 	exited chan struct{}
 }
 
-var idPattern = regexp.MustCompile(`^sbx-[0-9a-f]{16}$`)
+// isID reports whether id is a sandbox id: "sbx-" and 16 lowercase hex
+// digits. Checked by hand rather than with a regexp compiled at package
+// init, which the agent, the same package, would pay at every sandbox
+// start.
+func isID(id string) bool {
+	digits, ok := strings.CutPrefix(id, "sbx-")
+	if !ok || len(digits) != 16 {
+		return false
+	}
+	for _, c := range []byte(digits) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 func newID() string {
 	var b [8]byte
@@ -148,7 +163,7 @@ func (p *Provider) scanRecords() ([]sandboxRecord, error) {
 	var recs []sandboxRecord
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !idPattern.MatchString(id) {
+		if !ok || !isID(id) {
 			continue
 		}
 		rec, err := readRecord(filepath.Join(dir, e.Name()))
@@ -200,7 +215,7 @@ func (p *Provider) forget(id string) {
 // lookup finds a sandbox by id, in memory or (when another process started
 // it) on disk. It does not check that the sandbox is alive.
 func (p *Provider) lookup(s settings, id string) (*sandbox, bool) {
-	if !idPattern.MatchString(id) {
+	if !isID(id) {
 		return nil, false
 	}
 	p.cacheMu.Lock()
@@ -442,10 +457,23 @@ func checkEnv(k, v string) error {
 	return nil
 }
 
-var slugPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+// validSlug is ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$, by hand (see isID; the
+// bounded repetition compiles into a large program).
+func validSlug(slug string) bool {
+	if len(slug) == 0 || len(slug) > 128 {
+		return false
+	}
+	for i, c := range []byte(slug) {
+		alnum := 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 func checkSlug(op, kind, slug string) error {
-	if !slugPattern.MatchString(slug) {
+	if !validSlug(slug) {
 		return providers.Errorf(providers.InvalidArgument, op, "%s slug %q: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit", kind, slug)
 	}
 	return nil
@@ -513,7 +541,12 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	args = append(args, "--unshare-user", "--disable-userns", "--as-pid-1",
 		"--uid", fmt.Sprint(sandboxUID), "--gid", fmt.Sprint(sandboxUID),
 		"--hostname", rec.ID, "--info-fd", fmt.Sprint(fdInfo))
-	args = append(args, s.roArgs...)
+	if st.ns != nil {
+		args = append(args, s.roStaged...)
+		st.roGroups = s.roGroups
+	} else {
+		args = append(args, s.roArgs...)
+	}
 	bundle, err := nw.bundleFile()
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("CA bundle: %w", err))
@@ -522,13 +555,13 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		defer bundle.Close()
 		args = append(args, "--ro-bind-data", fmt.Sprint(fdBundle), nw.bundlePath)
 	}
-	// bwrap's /dev is a tmpfs the sandbox could fill RAM through: it is made
-	// read-only, and shared memory gets a tmpfs of bounded size. The
+	// /dev is a tmpfs the sandbox could fill RAM through: it is read-only,
+	// and shared memory gets a tmpfs of bounded size (devArgs). The
 	// scratch directories are tmpfs mounts of bounded size too, private to
 	// the sandbox; what they hold counts against its memory.
-	args = append(args, "--proc", "/proc", "--dev", "/dev",
-		"--size", fmt.Sprint(shmSize), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-		"--size", fmt.Sprint(s.tmpSize), "--perms", "1777", "--tmpfs", "/tmp",
+	args = append(args, "--proc", "/proc")
+	args = append(args, devArgs(st.ns != nil)...)
+	args = append(args, "--size", fmt.Sprint(s.tmpSize), "--perms", "1777", "--tmpfs", "/tmp",
 		"--size", fmt.Sprint(s.homeSize), "--perms", "0755", "--tmpfs", homePath)
 	workMounted := false
 	for _, m := range rec.Mounts {
@@ -635,19 +668,44 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 	if groups != nil {
 		cfg.ExecGroups = rec.Cgroup.Version
 	}
+	// The agent reads its config first thing: written now, it is waiting
+	// in the pipe, unless it is larger than a pipe holds without a reader
+	// (64 KiB on Linux; the env can be large).
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, providers.Wrap(providers.Internal, op, err)
+	}
+	cfgSent := false
+	if len(cfgJSON) <= 32<<10 {
+		if _, err := cfgW.Write(cfgJSON); err != nil {
+			return nil, providers.Wrap(providers.Internal, op, err)
+		}
+		cfgW.Close()
+		cfgSent = true
+	}
 	// Not the request's ctx: the sandbox outlives the call that made it.
 	cmd := exec.Command(s.bwrap, args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + homePath}
 	cmd.Stderr = errW
 	// Each at its fd* number; a nil entry leaves its number closed.
 	cmd.ExtraFiles = []*os.File{infoW, readyW, lnFile, cfgR, bundle, groups}
-	if groups != nil && rec.Cgroup.Version == 2 {
+	// bwrap starts inside the sandbox's groups where it can (on v1 always,
+	// see bornInto); elsewhere it is moved in once it reports the pid of
+	// the sandbox's pid 1, before that runs anything of the sandbox's.
+	var born *sandboxCgroup
+	bornInside := false
+	switch {
+	case rec.Cgroup == nil:
+	case rec.Cgroup.Version == 1:
+		born, bornInside = rec.Cgroup, true
+	case groups != nil:
 		// Started inside its group, the sandbox's cgroup namespace has the
 		// group for its root, as moving processes into the agent's exec
 		// groups requires (cgroup v2 checks both ends against it).
 		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(groups.Fd())}
+		bornInside = true
 	}
-	err = st.start(cmd, uid)
+	err = st.start(cmd, uid, born)
 	if err != nil {
 		return nil, providers.Wrap(providers.Internal, op, fmt.Errorf("starting bwrap: %w", err))
 	}
@@ -659,10 +717,15 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 		_ = cmd.Wait()
 		close(sb.exited)
 	}()
-	go func() {
-		_ = json.NewEncoder(cfgW).Encode(cfg)
-		cfgW.Close()
-	}()
+	if !cfgSent {
+		go func() {
+			_, _ = cfgW.Write(cfgJSON)
+			cfgW.Close()
+		}()
+	}
+	// The follower owns the read end: the agent's stderr reaches the
+	// plugin's log for the sandbox's whole life, not only its start.
+	toClose = slices.DeleteFunc(toClose, func(f *os.File) bool { return f == errR })
 	stderr := &startupLog{}
 	go stderr.follow(errR, log)
 
@@ -679,8 +742,9 @@ func (p *Provider) start(ctx context.Context, s settings, rec sandboxRecord, env
 			startedCh <- started{err: errors.New("bwrap ended before starting the sandbox")}
 			return
 		}
-		// Into the sandbox's cgroups before the agent starts anything.
-		if err := confine(rec.Cgroup, cmd.Process.Pid, info.ChildPID); err != nil {
+		// Into the sandbox's cgroups, if not there yet, before the agent
+		// starts anything.
+		if err := confine(rec.Cgroup, bornInside, cmd.Process.Pid, info.ChildPID); err != nil {
 			startedCh <- started{initPID: info.ChildPID, err: err}
 			return
 		}

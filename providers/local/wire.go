@@ -2,14 +2,18 @@ package local
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"reflect"
 	"sync"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/version"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -90,6 +94,27 @@ type wireFile struct {
 	Mode    uint32    `json:"mode"`
 	IsDir   bool      `json:"is_dir"`
 	ModTime time.Time `json:"mod_time"`
+}
+
+// agentProtocol names what the plugin and the agent must agree on: the
+// build's version and the shape of everything that travels between them.
+// The agent is usually a binary of its own (cmd/sandstep-local-agent),
+// built apart from the plugin; the probe at Configure compares the two.
+func agentProtocol() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %d %d %d %d %d %d\n", []byte{frameHeader, frameStdin, frameStdout, frameStderr, frameData, frameResult},
+		maxFrame, chunkSize, fdReady, fdListener, fdConfig, fdExecGroups)
+	fmt.Fprintln(h, opExec, opWrite, opRead, opList, opPing, opDial, opEgress)
+	for _, v := range []any{request{}, result{}, wireError{}, wireFile{}, agentConfig{}, rlimits{}, execStatus{}} {
+		t := reflect.TypeOf(v)
+		fmt.Fprintf(h, "%s{", t.Name())
+		for i := range t.NumField() {
+			f := t.Field(i)
+			fmt.Fprintf(h, "%s %s %q;", f.Name, f.Type, f.Tag)
+		}
+		fmt.Fprintln(h, "}")
+	}
+	return version.Version + "-" + hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 func errResult(code providers.Code, format string, args ...any) result {

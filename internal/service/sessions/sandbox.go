@@ -82,25 +82,27 @@ func (s *Service) release(ctx context.Context, sess *store.Session) {
 	*sess = got
 }
 
-// runCode runs code in the session's sandbox, starting one if needed.
-func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code string) (*Result, error) {
+// runCode runs code in the session's sandbox, starting one if needed. It
+// returns the session held (nil when it was not taken), for the caller to
+// let go of (see execute).
+func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code string) (*Result, *store.Session, error) {
 	// A first build may take minutes: wait for it before holding the
 	// session, so that holding it stays within what staleAfter allows.
 	if err := s.snapshotReady(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	held, err := s.acquire(ctx, sess)
+	h, err := s.acquire(ctx, sess)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer s.release(ctx, &held)
+	held := &h
 	ctx, cancel := context.WithTimeout(ctx, setupBudget+run.Timeout)
 	defer cancel()
 	log := s.log.With("session", held.ID, "run_id", run.ID)
 	for attempt := 0; ; attempt++ {
-		sbID, err := s.ensureSandbox(ctx, &held, run.Timeout)
+		sbID, err := s.ensureSandbox(ctx, held, run.Timeout)
 		if err != nil {
-			return nil, err
+			return nil, held, err
 		}
 		mark := newMark()
 		stdout, stderr := newCaptures(s.redact)
@@ -120,18 +122,18 @@ func (s *Service) runCode(ctx context.Context, sess store.Session, run Run, code
 			// The sandbox is gone (its lifetime or idle timeout ended at
 			// the provider); the code did not start. Start another.
 			log.Info("session sandbox is gone; starting another", "sandbox_id", sbID)
-			if derr := s.dropSandbox(ctx, &held, "gone"); derr != nil {
-				return nil, derr
+			if derr := s.dropSandbox(ctx, held, "gone"); derr != nil {
+				return nil, held, derr
 			}
 			continue
 		}
 		if err != nil {
-			return nil, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: s.hide(err)}
+			return nil, held, &Error{Kind: KindUnavailable, Message: "the sandbox did not run the code: " + s.redact.Error(err), Err: s.hide(err)}
 		}
 		out := result(run.Language, mark, stdout, stderr, res, s.redact, s.cfg.MemoryMB)
 		log.Info("run ended", "sandbox_id", sbID, "language", run.Language, "success", out.Success,
 			"exit_code", out.ExitCode, "duration_ms", out.DurationMS, "timed_out", out.TimedOut, "oom", out.OOM)
-		return out, nil
+		return out, held, nil
 	}
 }
 

@@ -556,10 +556,23 @@ func (s *Service) budget(timeout time.Duration) time.Duration {
 	return s.staleAfter() + setupBudget + timeout
 }
 
-// execute runs the code and records how it ended.
+// execute runs the code, records how it ended and lets go of the session.
+// The run's record and the session's release are writes of their own,
+// neither waiting for the other: made at once, a warm run waits for one
+// store round trip instead of two. Both are done before it returns.
 func (s *Service) execute(ctx context.Context, sess store.Session, run Run, code string) (Run, error) {
-	res, err := s.runCode(ctx, sess, run, code)
-	return s.finish(ctx, sess.ID, run, res, err)
+	res, held, err := s.runCode(ctx, sess, run, code)
+	if held == nil {
+		return s.finish(ctx, sess.ID, run, res, err)
+	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		s.release(ctx, held)
+	}()
+	fin, err := s.finish(ctx, sess.ID, run, res, err)
+	<-released
+	return fin, err
 }
 
 // finish records a run's end: its result, or the error that kept it from

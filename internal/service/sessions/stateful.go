@@ -60,23 +60,18 @@ fi
 # are redirected for a moment by every builtin with a redirection.
 exec 7<&0 8>&1 9>&2
 printf '%s %s %s %s\n' $$ "$SANDSTEP_MARK" "$started" "$lost" > "$d/ctl"
-# The status of an earlier run whose client went away may come first.
-while :; do
-  exec 3< "$d/status"
-  if read -r id st <&3; then
-    [ "$id" = $$ ] && exit "$st"
-  else
-    # The interpreter closes status only after writing a line, so an end
-    # with none is its death. /proc is no judge: a killed interpreter
-    # closes its files before it is reaped, and asking the FIFO again
-    # would wait for a writer that never comes.
-    echo "sandstep: the interpreter ended during the run; its state is lost" >&2
-    # As a shell reports a child killed by SIGKILL: the provider then
-    # tells an OOM kill (the interpreter is the sandbox's largest process).
-    exit 137
-  fi
-  exec 3<&-
-done`
+# The interpreter holds status open for writing its whole life, so the end
+# of status is its death, whether it has been reaped yet or not (a killed
+# process closes its files first). The status of an earlier run whose
+# client went away may come first.
+exec 3< "$d/status"
+while read -r id st <&3; do
+  [ "$id" = $$ ] && exit "$st"
+done
+echo "sandstep: the interpreter ended during the run; its state is lost" >&2
+# As a shell reports a child killed by SIGKILL: the provider then tells an
+# OOM kill (the interpreter is the sandbox's largest process).
+exit 137`
 
 // endClient ends a language's interpreter (an interrupt first, so that it
 // may close what it holds) and leaves the reason, $1, for the next run.

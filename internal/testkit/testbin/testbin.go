@@ -9,12 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
 // Binaries the tests build, by the name of their output file.
 const (
 	LocalPlugin = "sandstep-provider-local"
+	// LocalAgent is the local provider's agent inside sandboxes, which the
+	// plugin takes from its own folder; Build puts it next to LocalPlugin.
+	LocalAgent  = "sandstep-local-agent"
 	SandyPlugin = "sandstep-provider-sandy"
 	DenoPlugin  = "sandstep-provider-deno"
 	ModalPlugin = "sandstep-provider-modal"
@@ -25,6 +29,7 @@ const (
 // packages maps an output name to its main package.
 var packages = map[string]string{
 	LocalPlugin: "./providers/local/cmd/sandstep-provider-local",
+	LocalAgent:  "./providers/local/cmd/sandstep-local-agent",
 	SandyPlugin: "./providers/sandy/cmd/sandstep-provider-sandy",
 	DenoPlugin:  "./providers/deno/cmd/sandstep-provider-deno",
 	ModalPlugin: "./providers/modal/cmd/sandstep-provider-modal",
@@ -70,7 +75,7 @@ func BuildTags(dir, tags string, names ...string) (string, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return "", err
 	}
-	for _, name := range names {
+	for _, name := range withCompanions(names) {
 		pkg, ok := packages[name]
 		if !ok {
 			return "", fmt.Errorf("testbin: unknown binary %q", name)
@@ -87,6 +92,22 @@ func BuildTags(dir, tags string, names ...string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// companions are binaries built along with another, as make build does.
+var companions = map[string][]string{LocalPlugin: {LocalAgent}}
+
+func withCompanions(names []string) []string {
+	var out []string
+	for _, n := range names {
+		out = append(out, n)
+		for _, c := range companions[n] {
+			if !slices.Contains(names, c) && !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // HaveTool tells whether the program name is on PATH. Under CI=true a

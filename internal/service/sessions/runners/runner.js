@@ -211,9 +211,12 @@
   // was lost>". The code is the client's standard input, and what the code
   // writes through process.stdout and process.stderr (console included)
   // goes to the client's standard output and error (its fds 7, 8 and 9);
-  // the FIFO status, held
-  // open for writing while the run lasts, gets "<client pid> <exit status>".
+  // the FIFO status gets "<client pid> <exit status>". status is held
+  // open, for reading and writing, for the interpreter's whole life: a
+  // client reading it meets its end only when the interpreter is gone, and
+  // a line for a client that went away waits in it instead of failing.
   const ctl = fs.openSync(path.join(kernel, "ctl"), "r+");
+  const status = fs.openSync(path.join(kernel, "status"), "r+");
   fs.writeFileSync(path.join(kernel, "pid.tmp"), String(process.pid));
   fs.renameSync(path.join(kernel, "pid.tmp"), path.join(kernel, "pid"));
   const readline = await import("node:readline");
@@ -233,7 +236,6 @@
   for await (const line of lines) {
     const [client, runMark, started, ...lost] = line.split(" ");
     mark = runMark || "";
-    const status = fs.openSync(path.join(kernel, "status"), "w");
     let code = 1;
     let out = -1;
     let err = -1;
@@ -256,6 +258,5 @@
       if (err >= 0) fs.closeSync(err);
     }
     fs.writeSync(status, client + " " + code + "\n");
-    fs.closeSync(status);
   }
 })();

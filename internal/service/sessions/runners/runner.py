@@ -92,11 +92,14 @@ def serve():
     """The stateful interpreter (see stateful.go): a request comes as one
     line on the FIFO ctl, "<client pid> <mark> <started 0|1> <why state
     was lost>". The code is the client's standard input and the output
-    goes to its standard output and error (its fds 7, 8 and 9); the FIFO status, held open for
-    writing while the run lasts, gets "<client pid> <exit status>"."""
+    goes to its standard output and error (its fds 7, 8 and 9); the FIFO status gets
+    "<client pid> <exit status>". status is held open, for reading and writing, for the
+    interpreter's whole life: a client reading it meets its end only when the interpreter is
+    gone, and a line for a client that went away waits in it instead of failing."""
     global src, mark
     null = os.open(os.devnull, os.O_RDWR)
     ctl = os.open(os.path.join(kernel, "ctl"), os.O_RDWR)
+    status = os.open(os.path.join(kernel, "status"), os.O_RDWR)
     with open(os.path.join(kernel, "pid.tmp"), "w") as f:
         f.write(str(os.getpid()))
     os.rename(os.path.join(kernel, "pid.tmp"), os.path.join(kernel, "pid"))
@@ -109,7 +112,6 @@ def serve():
             pending += chunk
         line, pending = pending.split(b"\n", 1)
         client, mark, started, lost = (line.decode().split(" ", 3) + ["", "", "", ""])[:4]
-        status = os.open(os.path.join(kernel, "status"), os.O_WRONLY)
         code = 1
         try:
             fd = "/proc/%s/fd/" % client
@@ -134,7 +136,6 @@ def serve():
                 os.dup2(null, 1)
                 os.dup2(null, 2)
         os.write(status, ("%s %d\n" % (client, code)).encode())
-        os.close(status)
 
 
 if kernel:

@@ -1,7 +1,9 @@
 // Command sandstep-provider-local is the local sandbox provider plugin:
 // sandboxes on this machine with bubblewrap. The host starts it through
-// go-plugin; inside each sandbox the same binary runs as the agent. Build it
-// with CGO_ENABLED=0 so that the agent needs no libraries from the sandbox.
+// go-plugin; inside each sandbox sandstep-local-agent, from the same
+// folder, runs as the agent, or this binary when that one is missing. Build
+// it with CGO_ENABLED=0 so that the agent needs no libraries from the
+// sandbox.
 package main
 
 import (

@@ -1,0 +1,116 @@
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// A thread of the plugin left in a sandbox's group (as one the Go runtime
+// starts from the thread that had joined it would be) is taken back out.
+func TestReclaimThreads(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.p.s.cgroups
+	if h.version != 1 || h.pids == "" {
+		t.Skip("cgroup v1 pids only")
+	}
+	cg := h.groupFor(newID())
+	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.remove() })
+	tids := make(chan int)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := writeCgroupFile(filepath.Join(cg.Pids, "tasks"), "0"); err != nil {
+			t.Error(err)
+		}
+		tids <- unix.Gettid()
+		<-release
+	}()
+	tid := <-tids
+	defer close(release)
+	tasks := func(dir string) []string {
+		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(b))
+	}
+	if got := tasks(cg.Pids); !slices.Equal(got, []string{strconv.Itoa(tid)}) {
+		t.Fatalf("the group holds %v, want the thread %d", got, tid)
+	}
+	if err := reclaimThreads(cg.Pids, filepath.Dir(cg.Pids)); err != nil {
+		t.Fatal(err)
+	}
+	if got := tasks(cg.Pids); len(got) != 0 {
+		t.Errorf("after reclaimThreads the group holds %v", got)
+	}
+	if !slices.Contains(tasks(filepath.Dir(cg.Pids)), strconv.Itoa(tid)) {
+		t.Errorf("thread %d is not back in the plugin's group", tid)
+	}
+}
+
+// The agent does the same for a thread left in an exec group.
+func TestExecGroupReclaim(t *testing.T) {
+	e := newEnv(t, nil)
+	h := e.p.s.cgroups
+	if h.version != 1 || h.pids == "" {
+		t.Skip("cgroup v1 pids only")
+	}
+	cg := h.groupFor(newID())
+	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.remove() })
+	dir, err := unix.Open(cg.Pids, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := openExecGroups(takeDir(dir), 1)
+	g, err := gs.make()
+	if err != nil || g == nil || g.tasks < 0 {
+		t.Fatalf("exec group: %+v, %v", g, err)
+	}
+	tids := make(chan int)
+	release := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := g.join(); err != nil {
+			t.Error(err)
+		}
+		tids <- unix.Gettid()
+		<-release
+	}()
+	tid := <-tids
+	defer close(release)
+	inGroup := func() []string {
+		b, err := os.ReadFile(filepath.Join(cg.Pids, g.name, "tasks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(b))
+	}
+	if got := inGroup(); !slices.Equal(got, []string{strconv.Itoa(tid)}) {
+		t.Fatalf("the exec group holds %v, want the thread %d", got, tid)
+	}
+	g.reclaim()
+	if got := inGroup(); len(got) != 0 {
+		t.Errorf("after reclaim the exec group holds %v", got)
+	}
+	b, err := os.ReadFile(filepath.Join(cg.Pids, "tasks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(tid)) {
+		t.Errorf("thread %d is not back in the sandbox's group", tid)
+	}
+	g.release()
+}
