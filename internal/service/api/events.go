@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -88,12 +89,11 @@ func (s *server) events(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	stream := s.opts.Streaming && acceptQ(r.Header.Get("Accept"), "text/event-stream") > 0
-	if v := r.Header.Get("Last-Event-ID"); stream && v != "" {
+	if stream {
 		// A reconnecting EventSource sends the id of the last event it got;
 		// the URL it reconnects with still carries the original after.
-		after, err = strconv.ParseInt(v, 10, 64)
-		if err != nil || after < 0 {
-			return invalid("Last-Event-ID", "Last-Event-ID must be the seq of an event, a whole number")
+		if after, err = intParam(r.Header.Get("Last-Event-ID"), "Last-Event-ID", 0, math.MaxInt64, after); err != nil {
+			return err
 		}
 	}
 	job, err := s.job(r, c)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -188,11 +189,8 @@ func (s *server) openAIChunks(w http.ResponseWriter, r *http.Request, c *call) e
 	if r.URL.Query().Get("limit") == "" {
 		limit = store.MaxEventPage
 	}
-	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		after, err = strconv.ParseInt(v, 10, 64)
-		if err != nil || after < 0 {
-			return invalid("Last-Event-ID", "Last-Event-ID must be the seq of an event, a whole number")
-		}
+	if after, err = intParam(r.Header.Get("Last-Event-ID"), "Last-Event-ID", 0, math.MaxInt64, after); err != nil {
+		return err
 	}
 	job, err := s.job(r, c)
 	if err != nil {
