@@ -49,11 +49,11 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err != nil || e.State != store.LedgerRunning || e.ProviderID != "prov-123" || e.RunningAt.IsZero() {
 		t.Fatalf("running = %+v, %v", e, err)
 	}
-	e, err = s.LedgerClose(ctx, "job-1", "completed")
+	e, err = s.LedgerClose(ctx, "job-1", "completed", nil)
 	if err != nil || e.State != store.LedgerTerminated || e.TerminatedAt.IsZero() || e.Reason != "completed" || e.ExpiresAt.IsZero() {
 		t.Fatalf("closed = %+v, %v", e, err)
 	}
-	if again, err := s.LedgerClose(ctx, "job-1", "reaped"); err != nil || again.Reason != "completed" || !again.TerminatedAt.Equal(e.TerminatedAt) {
+	if again, err := s.LedgerClose(ctx, "job-1", "reaped", nil); err != nil || again.Reason != "completed" || !again.TerminatedAt.Equal(e.TerminatedAt) {
 		t.Fatalf("second close = %+v, %v; want a no-op", again, err)
 	}
 	// A create that finishes after a cancel closed the entry must learn it.
@@ -65,7 +65,7 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err != nil || e.State != store.LedgerCreating || e.ProviderID != "" || !e.ExpiresAt.IsZero() || !e.TerminatedAt.IsZero() {
 		t.Fatalf("begin after close = %+v, %v", e, err)
 	}
-	if _, err := s.LedgerClose(ctx, "nope", "x"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.LedgerClose(ctx, "nope", "x", nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("close unknown: %v, want ErrNotFound", err)
 	}
 	if _, err := s.LedgerRunning(ctx, "nope", "x"); !errors.Is(err, store.ErrNotFound) {
@@ -96,7 +96,7 @@ func TestLedgerListLiveByDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.LedgerClose(ctx, "overdue-closed", "done"); err != nil {
+	if _, err := s.LedgerClose(ctx, "overdue-closed", "done", nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -152,7 +152,7 @@ func TestLedgerListLiveEveryShardPaged(t *testing.T) {
 			}
 			wantRunning = append(wantRunning, name)
 		case 2:
-			if _, err := s.LedgerClose(ctx, name, "done"); err != nil {
+			if _, err := s.LedgerClose(ctx, name, "done", nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -185,7 +185,7 @@ func TestMigrateLedgerIndex(t *testing.T) {
 	if _, err := s.LedgerRunning(ctx, "old-running", "p1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LedgerClose(ctx, "old-closed", "done"); err != nil {
+	if _, err := s.LedgerClose(ctx, "old-closed", "done", nil); err != nil {
 		t.Fatal(err)
 	}
 	// What the previous release wrote: the same items without the key.
