@@ -213,3 +213,56 @@ func TestMigrateLedgerIndex(t *testing.T) {
 		t.Fatalf("second run migrated %d, %v", n, err)
 	}
 }
+
+// A ledger entry keeps what its sandbox's usage needs besides its times:
+// the job it counts for, the commands run in it while it lived (not after
+// it closed), and the bytes out measured at its close, absent when not
+// measured (never a 0 for unknown).
+func TestLedgerKeepsJobExecsAndBytesOut(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	deadline := time.Now().Add(time.Hour)
+	for _, name := range []string{"sbx-measured", "sbx-unmeasured"} {
+		if _, err := s.LedgerBegin(ctx, store.LedgerEntry{Name: name, Provider: "local", Owner: "tenant:acme", Tenant: "acme", Job: "acme#run-1", Deadline: deadline}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LedgerRunning(ctx, name, "p-"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if err := s.LedgerAddExec(ctx, "sbx-measured"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := int64(123456)
+	e, err := s.LedgerClose(ctx, "sbx-measured", "done", &sent)
+	if err != nil || e.BytesOut == nil || *e.BytesOut != sent || e.Execs != 3 || e.Job != "acme#run-1" {
+		t.Fatalf("closed = %+v, %v", e, err)
+	}
+	// An exec counted after the close (it raced the terminate) changes
+	// nothing, and neither does one of an unknown sandbox.
+	if err := s.LedgerAddExec(ctx, "sbx-measured"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LedgerAddExec(ctx, "sbx-nope"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LedgerGet(ctx, "sbx-measured"); err != nil || got.Execs != 3 || *got.BytesOut != sent {
+		t.Fatalf("after a late exec: %+v, %v", got, err)
+	}
+	if _, err := s.LedgerGet(ctx, "sbx-nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an exec of an unknown sandbox made an entry: %v", err)
+	}
+	e, err = s.LedgerClose(ctx, "sbx-unmeasured", "done", nil)
+	if err != nil || e.BytesOut != nil || e.Execs != 0 {
+		t.Fatalf("closed unmeasured = %+v, %v", e, err)
+	}
+	if u := store.EntryUsage(e, time.Now()); len(u.BytesOut) != 0 || u.SandboxSeconds["local/0"] <= 0 {
+		t.Fatalf("usage of the unmeasured entry %+v", u)
+	}
+	e, _ = s.LedgerGet(ctx, "sbx-measured")
+	if u := store.EntryUsage(e, time.Now()); u.BytesOut["local"] != sent || u.Execs != 3 {
+		t.Fatalf("usage of the measured entry %+v", u)
+	}
+}
