@@ -119,6 +119,15 @@ for n in (50000, 70001):
 	if entry.BytesOut == nil || *entry.BytesOut != got {
 		t.Fatalf("ledger bytes out %v, the server received %d", entry.BytesOut, got)
 	}
+	// A sandbox that sent nothing was measured all the same: 0, across
+	// the plugin boundary.
+	quiet := e.acquire(t, owner, "u-quiet")
+	if err := e.m.Release(ctx, owner, sandboxes.Ref{Name: "u-quiet", ID: quiet.ID}, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if en := e.entry(t, "u-quiet"); en.BytesOut == nil || *en.BytesOut != 0 {
+		t.Fatalf("a quiet sandbox's bytes out %v, want a measured 0", en.BytesOut)
+	}
 	// The same sandbox's traffic, from a provider that does not count it.
 	e.prov.mu.Lock()
 	e.prov.unmeasured = true
@@ -134,7 +143,7 @@ for n in (50000, 70001):
 		t.Fatalf("unmeasured entry has bytes out %d", *en.BytesOut)
 	}
 	recs, _, err := e.st.TenantSandboxUsageBetween(ctx, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Minute), 0)
-	if err != nil || len(recs) != 2 {
+	if err != nil || len(recs) != 3 {
 		t.Fatalf("records %+v %v", recs, err)
 	}
 	for _, r := range recs {
