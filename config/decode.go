@@ -292,6 +292,14 @@ func (r *report) decodeValue(key string, raw any, rv reflect.Value) {
 			r.decodeValue(join(key, k), m[k], ev)
 			rv.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
 		}
+	case reflect.Pointer:
+		// An optional value: nil unless the file sets it.
+		ev := reflect.New(t.Elem())
+		before := len(r.problems)
+		r.decodeValue(key, raw, ev.Elem())
+		if len(r.problems) == before {
+			rv.Set(ev)
+		}
 	default:
 		// A field type the schema should never use; tests load every section.
 		panic(fmt.Sprintf("config: %s has unsupported type %s", key, t))

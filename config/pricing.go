@@ -16,12 +16,20 @@ type PricingConfig struct {
 	Models map[string]ModelPrice `toml:"models"`
 	// Search prices one call of a search backend, by its name.
 	Search map[string]float64 `toml:"search"`
+	// Egress prices a gigabyte (10^9 bytes) that a provider's sandboxes
+	// sent to the network, by provider, where the provider measures it.
+	Egress map[string]float64 `toml:"egress"`
 }
 
-// ModelPrice is a model's price per million input and output tokens.
+// ModelPrice is a model's price per million input and output tokens, and,
+// for models whose API reports prompt-cache tokens apart (Anthropic's),
+// per million tokens read from and written to the cache: without those
+// prices cached tokens are left unpriced, not priced as input.
 type ModelPrice struct {
-	Input  float64 `toml:"input"`
-	Output float64 `toml:"output"`
+	Input      float64  `toml:"input"`
+	Output     float64  `toml:"output"`
+	CacheRead  *float64 `toml:"cache_read"`
+	CacheWrite *float64 `toml:"cache_write"`
 }
 
 var (
@@ -30,7 +38,7 @@ var (
 )
 
 func (p *PricingConfig) setDefaults() {
-	*p = PricingConfig{Currency: "USD", Sandbox: map[string]map[string]float64{}, Models: map[string]ModelPrice{}, Search: map[string]float64{}}
+	*p = PricingConfig{Currency: "USD", Sandbox: map[string]map[string]float64{}, Models: map[string]ModelPrice{}, Search: map[string]float64{}, Egress: map[string]float64{}}
 }
 
 func (p *PricingConfig) check(_ *Config, r *report) {
@@ -56,8 +64,17 @@ func (p *PricingConfig) check(_ *Config, r *report) {
 	for m, price := range p.Models {
 		negative(join(join("pricing.models", m), "input"), price.Input)
 		negative(join(join("pricing.models", m), "output"), price.Output)
+		if price.CacheRead != nil {
+			negative(join(join("pricing.models", m), "cache_read"), *price.CacheRead)
+		}
+		if price.CacheWrite != nil {
+			negative(join(join("pricing.models", m), "cache_write"), *price.CacheWrite)
+		}
 	}
 	for b, price := range p.Search {
 		negative(join("pricing.search", b), price)
+	}
+	for prov, price := range p.Egress {
+		negative(join("pricing.egress", prov), price)
 	}
 }

@@ -310,7 +310,7 @@ type Sandbox struct {
 	// ExpiresAt is when the provider will terminate it on its own.
 	ExpiresAt time.Time
 	// Network is what the sandbox sent and received so far, where the
-	// provider counts it (read it before Terminate).
+	// provider counts it (Network.Measured; read it before Terminate).
 	Network NetworkUsage
 	// PortURLs says where each exposed port is reached: an http(s) URL the
 	// provider serves publicly, or "unix://<path>" of a socket on the
@@ -321,6 +321,10 @@ type Sandbox struct {
 
 // NetworkUsage is the traffic of one sandbox through its way out.
 type NetworkUsage struct {
+	// Measured: the provider counts the sandbox's traffic, so zero counts
+	// are a measurement (nothing was sent), not a lack of one. Usage shows
+	// bytes out only for measured sandboxes.
+	Measured bool
 	BytesOut int64 // sent by the sandbox to the network
 	BytesIn  int64 // received from the network
 	// Connections made and connections denied by the policy.

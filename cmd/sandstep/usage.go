@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"text/tabwriter"
 
 	usageview "github.com/sandstep/sandstep/internal/service/usage"
@@ -48,7 +49,7 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "usage from %s to %s, by %s\n", a.From, a.To, a.GroupBy)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tJOBS\tSANDBOXES\tSANDBOX S\tEXECS\tTOKENS\tSEARCHES\tPAGES\tCOST")
+	fmt.Fprintln(tw, "GROUP\tJOBS\tSANDBOXES\tSANDBOX S\tEXECS\tTOKENS\tSEARCHES\tPAGES\tAGENT RUNS\tBYTES OUT\tCOST")
 	for _, g := range append(a.Groups, a.Total) {
 		fmt.Fprintln(tw, usageRow(g))
 	}
@@ -72,7 +73,7 @@ func usageRow(g usageview.Group) string {
 	}
 	var tokens, searches int64
 	for _, t := range u.Tokens {
-		tokens += t.Input + t.Output
+		tokens += t.Input + t.Output + t.CacheRead + t.CacheWrite
 	}
 	for _, s := range u.SearchCalls {
 		searches += s.Calls
@@ -81,5 +82,10 @@ func usageRow(g usageview.Group) string {
 	if g.Cost != nil {
 		cost = fmt.Sprintf("%.4f %s", g.Cost.Total, g.Cost.Currency)
 	}
-	return fmt.Sprintf("%s\t%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%s", g.Key, g.Jobs, g.Sandboxes, secs, u.Execs, tokens, searches, u.PagesCrawled, cost)
+	// "-": no sandbox of the group had its traffic measured (not "none sent").
+	out := "-"
+	if u.BytesOut != nil {
+		out = strconv.FormatInt(*u.BytesOut, 10)
+	}
+	return fmt.Sprintf("%s\t%d\t%d\t%.0f\t%d\t%d\t%d\t%d\t%d\t%s\t%s", g.Key, g.Jobs, g.Sandboxes, secs, u.Execs, tokens, searches, u.PagesCrawled, u.AgentRuns, out, cost)
 }

@@ -18,6 +18,10 @@ func TestUsageCommand(t *testing.T) {
 		wantCode(t, e.run("submit", "query of "+id, "--job-id", id), 0)
 		u := store.Usage{Execs: int64(i + 1), Tokens: map[string]store.TokenCount{"m": {Input: 100, Output: 10}},
 			SearchCalls: map[string]int64{"searxng": 4}, SandboxSeconds: map[string]float64{"local/0": 30}, PagesCrawled: 2}
+		if i == 1 {
+			// Measured by one provider only: the column adds what was measured.
+			u.BytesOut = map[string]int64{"local": 1234}
+		}
 		if err := e.store.PutUsage(testCtx(t), acmeKey(id), "discover", u); err != nil {
 			t.Fatal(err)
 		}
@@ -25,9 +29,9 @@ func TestUsageCommand(t *testing.T) {
 	r := e.run("usage", "--group-by", "job_type")
 	wantCode(t, r, 0)
 	rows := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(rows) != 4 || !regexp.MustCompile(`^GROUP +JOBS +SANDBOXES +SANDBOX S +EXECS +TOKENS +SEARCHES +PAGES +COST$`).MatchString(rows[1]) ||
-		!regexp.MustCompile(`^research:light +2 +0 +60 +3 +220 +8 +4 +-$`).MatchString(rows[2]) ||
-		!regexp.MustCompile(`^total +2 +0 +60 +3 +220 +8 +4 +-$`).MatchString(rows[3]) {
+	if len(rows) != 4 || !regexp.MustCompile(`^GROUP +JOBS +SANDBOXES +SANDBOX S +EXECS +TOKENS +SEARCHES +PAGES +AGENT RUNS +BYTES OUT +COST$`).MatchString(rows[1]) ||
+		!regexp.MustCompile(`^research:light +2 +0 +60 +3 +220 +8 +4 +0 +1234 +-$`).MatchString(rows[2]) ||
+		!regexp.MustCompile(`^total +2 +0 +60 +3 +220 +8 +4 +0 +1234 +-$`).MatchString(rows[3]) {
 		t.Fatalf("usage:\n%s", r.stdout)
 	}
 	r = e.run("usage", "--json", "--group-by", "provider")

@@ -28,9 +28,10 @@ func main() {
 		Store: a.Store,
 		Direct: direct.New(direct.Options{Config: a.Config.Sandboxes, Defaults: a.Config.Sandbox, Store: a.Store,
 			Sandboxes: a.Sandboxes(prov), Provider: prov, Logger: a.Logger}),
-		Agents: a.Config.Agents,
-		Secret: providerhost.LambdaSecrets(context.Background(), a.Config),
-		Logger: a.Logger,
+		Agents:  a.Config.Agents,
+		Pricing: a.Config.Pricing,
+		Secret:  providerhost.LambdaSecrets(context.Background(), a.Config),
+		Logger:  a.Logger,
 	})
 	lambda.Start(runs.Handle)
 }

@@ -319,7 +319,10 @@ func (p *Provider) networkUsage(s settings, id string) providers.NetworkUsage {
 			p.log.Warn("saving network usage", "sandbox_id", id, "err", err)
 		}
 	}
+	// Every connection of the sandbox goes through its proxy (or none
+	// leaves it), so the counts are measured, zeros included.
 	u, _ := readUsage(s, id)
+	u.Measured = true
 	return u
 }
 

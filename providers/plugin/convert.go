@@ -252,8 +252,10 @@ func sandboxToProto(s providers.Sandbox) *pb.Sandbox {
 	}
 }
 
+// usageToProto sends a measured usage even when every count is zero: the
+// message's presence is what says the provider counts (usageFromProto).
 func usageToProto(u providers.NetworkUsage) *pb.NetworkUsage {
-	if u.BytesOut == 0 && u.BytesIn == 0 && u.Connections == 0 && u.Denied == 0 && len(u.Hosts) == 0 && u.MoreHosts == 0 {
+	if !u.Measured && u.BytesOut == 0 && u.BytesIn == 0 && u.Connections == 0 && u.Denied == 0 && len(u.Hosts) == 0 && u.MoreHosts == 0 {
 		return nil
 	}
 	return &pb.NetworkUsage{
@@ -268,6 +270,7 @@ func usageToProto(u providers.NetworkUsage) *pb.NetworkUsage {
 
 func usageFromProto(u *pb.NetworkUsage) providers.NetworkUsage {
 	return providers.NetworkUsage{
+		Measured:    u != nil,
 		BytesOut:    u.GetBytesOut(),
 		BytesIn:     u.GetBytesIn(),
 		Connections: u.GetConnections(),

@@ -1231,6 +1231,8 @@ type Sandbox struct {
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// What the sandbox sent and received so far, where the provider counts
 	// it; Get fills it, List may leave it unset. Read it before Terminate.
+	// Set (even with every count zero) only by a provider that counts the
+	// traffic: unset means not measured, never "nothing sent".
 	Network *NetworkUsage `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	// Where each exposed port (CreateSpec.expose_ports) is reached: an
 	// http(s) URL the provider serves publicly, or "unix://<path>" of a

@@ -20,7 +20,7 @@ func (s *Stack) startAgents(opts Options, tmpl *samtemplate.Template, st *store.
 	if err != nil {
 		return err
 	}
-	s.Agents = agents.New(agents.Options{Store: st, Direct: s.Direct, Agents: opts.Config.Agents,
+	s.Agents = agents.New(agents.Options{Store: st, Direct: s.Direct, Agents: opts.Config.Agents, Pricing: opts.Config.Pricing,
 		Secret: config.EnvLookup(os.Getenv), Slice: opts.AgentSlice, Logger: s.log, Now: opts.Now})
 	var inv asl.Invoker = localexec.NewInvoker(localexec.Functions{AgentFunction: s.Agents.Handle})
 	if opts.WrapInvoker != nil {

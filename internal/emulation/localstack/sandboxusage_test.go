@@ -46,6 +46,7 @@ func TestSessionsAndDirectSandboxesShowInUsage(t *testing.T) {
 		t.Fatalf("terminate sandbox: %d %v", code, out)
 	}
 	want := map[string]float64{} // usage type: seconds from the ledger
+	var wantBytes int64          // bytes out the ledger entries measured
 	for name, kind := range names {
 		var e store.LedgerEntry
 		for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
@@ -59,6 +60,10 @@ func TestSessionsAndDirectSandboxesShowInUsage(t *testing.T) {
 		if e.State != store.LedgerTerminated || e.Tenant != "dev" {
 			t.Fatalf("ledger entry %s of %s: %+v", name, kind, e)
 		}
+		if e.BytesOut == nil {
+			t.Fatalf("ledger entry %s: the local provider's bytes out were not kept", name)
+		}
+		wantBytes += *e.BytesOut
 		typ := map[string]string{sandboxes.KindSession: "session", sandboxes.KindTenant: "sandbox"}[kind]
 		want[typ] += e.TerminatedAt.Sub(e.RunningAt).Seconds()
 		// Released again, twice, as a retried release and a reaper pass
@@ -115,6 +120,9 @@ func TestSessionsAndDirectSandboxesShowInUsage(t *testing.T) {
 	}
 	if got := seconds(total); !near(got, want["session"]+want["sandbox"]) {
 		t.Errorf("total %.3f s, the ledger says %v", got, want)
+	}
+	if got, ok := total["usage"].(map[string]any)["bytes_out"].(float64); !ok || int64(got) != wantBytes {
+		t.Errorf("total bytes out %v, the ledger says %d", total["usage"].(map[string]any)["bytes_out"], wantBytes)
 	}
 	// By provider and by day, the same seconds.
 	_, p := s.do(t, "GET", "/v1/usage?group_by=provider", nil)

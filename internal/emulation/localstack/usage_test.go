@@ -74,6 +74,8 @@ input = 2.0
 output = 10.0
 [pricing.search]
 searxng = 0.005
+[pricing.egress]
+local = 0.09
 `, llm)
 	s := newStackWith(t, stackOpts{config: cfg, searx: searx, allowPrivate: site.AllowPrivate()})
 	s.research(t, "job-usage", "light", "balanced", []string{site.Hosts[0].Page("/"), site.Hosts[0].Page("/a")})
@@ -98,7 +100,8 @@ searxng = 0.005
 			Backend string
 			Calls   int64
 		} `json:"search_calls"`
-		PagesCrawled int64 `json:"pages_crawled"`
+		PagesCrawled int64  `json:"pages_crawled"`
+		BytesOut     *int64 `json:"bytes_out"`
 	}
 	if err := json.Unmarshal(raw, &u); err != nil {
 		t.Fatal(err)
@@ -118,11 +121,16 @@ searxng = 0.005
 		t.Fatal(err)
 	}
 	want := entry.TerminatedAt.Sub(entry.RunningAt).Seconds()
+	// The crawl's traffic, as the sandbox's proxy measured it at the
+	// terminate: at least the requests of the pages it fetched.
+	if entry.BytesOut == nil || u.BytesOut == nil || *u.BytesOut != *entry.BytesOut || *u.BytesOut < 100*u.PagesCrawled {
+		t.Fatalf("bytes out %v, the ledger says %v for %d pages", u.BytesOut, entry.BytesOut, u.PagesCrawled)
+	}
 	if len(u.SandboxSeconds) != 1 || u.SandboxSeconds[0].Provider != "local" || math.Abs(u.SandboxSeconds[0].Seconds-want) > 0.01 || want <= 0 {
 		t.Errorf("sandbox seconds %+v, the ledger says %.3f s", u.SandboxSeconds, want)
 	}
 	cost, _ := job["cost"].(map[string]any)
-	wantCost := want*0.001 + float64(1200*n)*2/1e6 + float64(34*n)*10/1e6 + float64(searches.Load())*0.005
+	wantCost := want*0.001 + float64(1200*n)*2/1e6 + float64(34*n)*10/1e6 + float64(searches.Load())*0.005 + float64(*entry.BytesOut)/1e9*0.09
 	if cost == nil || cost["currency"] != "USD" || math.Abs(cost["total"].(float64)-wantCost) > 1e-5 || len(cost["unpriced"].([]any)) != 0 {
 		t.Errorf("cost %v, want %.6f", cost, wantCost)
 	}

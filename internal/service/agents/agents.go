@@ -40,6 +40,11 @@ type Request struct {
 	Prompt         string            `json:"prompt"`
 	Files          map[string]string `json:"files,omitempty"`
 	TimeoutSeconds int64             `json:"timeout_seconds"`
+	// Budget bounds what the run may spend: only max_sandbox_seconds,
+	// the time of its sandbox and children, which the run's slices can
+	// see as it grows (the agent's tokens are known only from its final
+	// result line, too late to stop it).
+	Budget *store.JobBudget `json:"budget,omitempty"`
 	// APIURL is the URL the run was submitted to, the children's API when
 	// [sandboxes] api_url is not set.
 	APIURL string `json:"api_url,omitempty"`
@@ -77,6 +82,9 @@ type Options struct {
 	Agents config.AgentsConfig
 	// Secret reads the agents' key_env references.
 	Secret config.SecretLookup
+	// Pricing prices a finished run's usage for its tenant's spending
+	// ([quotas] max_cost_per_day and max_cost_per_month).
+	Pricing config.PricingConfig
 	// Slice is how long one run phase supervises the agent before the
 	// state machine calls it again (default 60 s, well inside a Lambda's
 	// 15 minutes).
@@ -130,13 +138,16 @@ const (
 // Input is what the state machine passes (and, for cleanup, the
 // EventBridge execution status change event, which has no phase).
 type Input struct {
-	Phase     string             `json:"phase"`
-	JobID     string             `json:"job_id"`
-	SandboxID string             `json:"sandbox_id,omitempty"`
-	ExecID    string             `json:"exec_id,omitempty"`
-	Offset    int64              `json:"offset"`
-	Outcome   string             `json:"outcome,omitempty"`
-	Error     *engine.StateError `json:"error,omitempty"`
+	Phase     string `json:"phase"`
+	JobID     string `json:"job_id"`
+	SandboxID string `json:"sandbox_id,omitempty"`
+	ExecID    string `json:"exec_id,omitempty"`
+	Offset    int64  `json:"offset"`
+	// Slice counts the run slices: the key of a slice's usage record,
+	// its own even when the offset did not move.
+	Slice   int                `json:"slice"`
+	Outcome string             `json:"outcome,omitempty"`
+	Error   *engine.StateError `json:"error,omitempty"`
 
 	DetailType string               `json:"detail-type,omitempty"`
 	Detail     *engine.StatusChange `json:"detail,omitempty"`
@@ -147,6 +158,7 @@ type Output struct {
 	SandboxID string `json:"sandbox_id,omitempty"`
 	ExecID    string `json:"exec_id,omitempty"`
 	Offset    int64  `json:"offset"`
+	Slice     int    `json:"slice"`
 	Done      bool   `json:"done"`
 	ExitCode  int    `json:"exit_code"`
 	TimedOut  bool   `json:"timed_out"`

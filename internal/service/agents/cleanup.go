@@ -42,6 +42,10 @@ func (c *call) cleanup(ctx context.Context, in Input) (Output, error) {
 			return Output{}, err
 		}
 	}
+	// The sandboxes are closed: their time and bytes out are final.
+	if err := c.closeUsage(ctx); err != nil {
+		return Output{}, fmt.Errorf("the run's usage: %w", err)
+	}
 	m := "job " + string(status)
 	if msg != "" {
 		m += ": " + msg

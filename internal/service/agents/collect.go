@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,12 +43,19 @@ const answerBytes = 1 << 20
 // collect ends a finished run: the artifacts and the result go to the
 // store, then an agent that failed fails the job.
 func (c *call) collect(ctx context.Context, in Input) (Output, error) {
-	res, err := c.gather(ctx, in.SandboxID, in.ExecID, true)
+	stopped := slices.Contains(c.job.Fallbacks, FallbackBudgetExhausted)
+	res, err := c.gather(ctx, in.SandboxID, in.ExecID, !stopped)
 	if err != nil {
 		return Output{}, err
 	}
 	out := Output{SandboxID: in.SandboxID, ExecID: in.ExecID, Done: true}
 	switch {
+	case stopped:
+		limit := "its budget"
+		if b := c.req.Budget; b != nil {
+			limit = fmt.Sprintf("its budget (budget.max_sandbox_seconds %d)", b.MaxSandboxSeconds)
+		}
+		return out, &AgentFailed{Message: "the run reached " + limit + " and the agent was stopped; what it wrote until then is its result"}
 	case res.TimedOut:
 		return out, &AgentFailed{Message: fmt.Sprintf("the agent did not finish within timeout_seconds (%d)", c.req.TimeoutSeconds)}
 	case res.ExitCode != nil && *res.ExitCode != 0:

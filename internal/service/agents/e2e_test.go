@@ -304,6 +304,12 @@ func TestAgentRunRefusals(t *testing.T) {
 		{map[string]any{"agent": "claude", "prompt": "x", "timeout_seconds": 7200}, "timeout_seconds"},
 		{map[string]any{"agent": "claude", "prompt": "x", "files": map[string]string{"../etc/passwd": "x"}}, "files"},
 		{map[string]any{"agent": "claude", "prompt": "x", "model": "y"}, "model"},
+		// Of a budget only max_sandbox_seconds can stop an agent in time.
+		{map[string]any{"agent": "claude", "prompt": "x", "budget": map[string]any{"max_cost": 1}}, "budget.max_cost"},
+		{map[string]any{"agent": "claude", "prompt": "x", "budget": map[string]any{"max_tokens": 1000, "max_sandbox_seconds": 60}}, "budget.max_tokens"},
+		{map[string]any{"agent": "claude", "prompt": "x", "budget": map[string]any{}}, "budget"},
+		{map[string]any{"agent": "claude", "prompt": "x", "budget": map[string]any{"max_sandbox_seconds": 0}}, "budget.max_sandbox_seconds"},
+		{map[string]any{"agent": "claude", "prompt": "x", "budget": map[string]any{"max_sandbox_seconds": "60"}}, "budget"},
 	} {
 		r := e.do("POST", "/v1/agent-runs", c.body)
 		if r.status != 400 {

@@ -28,7 +28,9 @@ req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
     data=json.dumps({"model": "claude-fake-1", "max_tokens": 256, "messages": [{"role": "user", "content": prompt}]}).encode(),
     headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01", "content-type": "application/json"})
 with urllib.request.urlopen(req, timeout=30) as r:
-    answer = json.load(r)["content"][0]["text"]
+    reply = json.load(r)
+answer = reply["content"][0]["text"]
+used = reply["usage"]
 emit({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": "The model says: " + answer}]}})
 
 os.makedirs("/workspace/artifacts/data", exist_ok=True)
@@ -46,6 +48,12 @@ tool("Bash", "toolu_2", {"command": "start a child sandbox"}, "child " + child.i
 if "slow" in prompt:
     emit({"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": "waiting for the slow part"}]}})
     time.sleep(600)
+# As Claude Code reports it: the session's usage, and per model.
 emit({"type": "result", "subtype": "success", "is_error": False, "num_turns": 3, "duration_ms": 1200,
-      "total_cost_usd": 0.0012, "result": "Done: " + answer})
+      "total_cost_usd": 0.0012, "result": "Done: " + answer,
+      "usage": {"input_tokens": used["input_tokens"], "output_tokens": used["output_tokens"],
+                "cache_read_input_tokens": used["cache_read_input_tokens"], "cache_creation_input_tokens": used["cache_creation_input_tokens"]},
+      "modelUsage": {"claude-fake-1": {"inputTokens": used["input_tokens"], "outputTokens": used["output_tokens"],
+                                       "cacheReadInputTokens": used["cache_read_input_tokens"], "cacheCreationInputTokens": used["cache_creation_input_tokens"],
+                                       "webSearchRequests": 0, "costUSD": 0.0012, "contextWindow": 200000}}})
 `

@@ -18,16 +18,19 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/emulation/asl"
 	"github.com/sandstep/sandstep/internal/emulation/localstack"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 	"github.com/sandstep/sandstep/internal/testkit/testddb"
 	"github.com/sandstep/sandstep/internal/testkit/testdns"
+	"github.com/sandstep/sandstep/internal/testkit/testhttp"
 	"github.com/sandstep/sandstep/internal/testkit/testlog"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -83,19 +86,35 @@ func hashOf(token string) string {
 }
 
 // modelServer is an Anthropic-compatible Messages API on 127.0.0.1 that
-// records the key of every request.
+// records the key of every request, the usage it reported, and the bytes
+// it received.
 type modelServer struct {
-	url  string
-	mu   sync.Mutex
-	keys []string
+	url   string
+	mu    sync.Mutex
+	keys  []string
+	usage modelUsage
+	ln    *testhttp.CountingListener
 }
+
+// modelUsage is what the model reported, summed over its answers.
+type modelUsage struct{ input, output, cacheRead, cacheWrite int64 }
+
+// Each answer's usage, as Anthropic's API reports it.
+const (
+	answerInput      = 12
+	answerOutput     = 9
+	answerCacheRead  = 2048
+	answerCacheWrite = 512
+)
 
 func startModel(t *testing.T) *modelServer {
 	m := &modelServer{}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := testhttp.Count(plain)
+	m.ln = ln
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
 			Model    string `json:"model"`
@@ -116,10 +135,17 @@ func startModel(t *testing.T) *modelServer {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		m.mu.Lock()
+		m.usage.input += answerInput
+		m.usage.output += answerOutput
+		m.usage.cacheRead += answerCacheRead
+		m.usage.cacheWrite += answerCacheWrite
+		m.mu.Unlock()
 		json.NewEncoder(w).Encode(map[string]any{
 			"id": "msg_1", "type": "message", "role": "assistant", "model": req.Model, "stop_reason": "end_turn",
 			"content": []map[string]string{{"type": "text", "text": "Kestrels hover by facing into the wind. (" + strconv.Itoa(len(req.Messages[0].Content)) + " chars read)"}},
-			"usage":   map[string]int{"input_tokens": 12, "output_tokens": 9},
+			"usage": map[string]int{"input_tokens": answerInput, "output_tokens": answerOutput,
+				"cache_read_input_tokens": answerCacheRead, "cache_creation_input_tokens": answerCacheWrite},
 		})
 	})}
 	go srv.Serve(ln)
@@ -134,6 +160,12 @@ func (m *modelServer) seen() []string {
 	return append([]string(nil), m.keys...)
 }
 
+func (m *modelServer) reported() modelUsage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.usage
+}
+
 // env is a local stack (DynamoDB Local, the local provider, both state
 // machines) serving the API on 127.0.0.1, which sandboxes reach as
 // sandstep.test, with the agent "claude" configured on the fake CLI.
@@ -144,6 +176,18 @@ type env struct {
 	st    *store.Store
 	model *modelServer
 	logs  *testlog.Buffer
+	// inner is the API as the sandboxes reach it (sandstep.test): its own
+	// listener, which counts the bytes they sent and their exec requests.
+	inner      *testhttp.CountingListener
+	innerExecs atomic.Int64
+}
+
+// envOpts vary newEnvWith.
+type envOpts struct {
+	// config is more TOML.
+	config string
+	// wrap wraps the engines' invoker (faults, deliveries).
+	wrap func(asl.Invoker) asl.Invoker
 }
 
 func need(t testing.TB, tool, why string) {
@@ -158,6 +202,11 @@ func need(t testing.TB, tool, why string) {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, envOpts{})
+}
+
+func newEnvWith(t *testing.T, o envOpts) *env {
+	t.Helper()
 	need(t, "bwrap", "the local provider runs sandboxes with bubblewrap (Debian package bubblewrap)")
 	need(t, "python3", "the fake agent and the Python client run in the sandbox (Debian package python3)")
 	t.Setenv("TEST_MODEL_KEY", modelKey)
@@ -168,10 +217,15 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
+	innerLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	innerPort := innerLn.Addr().(*net.TCPAddr).Port
 	// The model is reached by a name, as api.anthropic.com would be: the
 	// sandbox's own 127.0.0.1 is its own.
 	dns := testdns.Start(t, map[string][]string{"sandstep.test": {"127.0.0.1"}, "model.test": {"127.0.0.1"}})
-	inner := "http://sandstep.test:" + strconv.Itoa(port)
+	inner := "http://sandstep.test:" + strconv.Itoa(innerPort)
 	roPaths, _ := json.Marshal([]string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc/alternatives", "/etc/ssl/certs", "/etc/ca-certificates"})
 	cfgText := fmt.Sprintf(`
 [server]
@@ -202,7 +256,7 @@ key_env = "TEST_MODEL_KEY"
 key_var = "ANTHROPIC_API_KEY"
 key_hosts = ["model.test"]
 env = { ANTHROPIC_BASE_URL = %q }
-`, t.TempDir(), pluginDir, roPaths, toolsDir, dns.Addr(), port, strings.TrimPrefix(model.url, "http://"), hashOf(tokenAcme), inner, strings.Replace(model.url, "127.0.0.1", "model.test", 1))
+`, t.TempDir(), pluginDir, roPaths, toolsDir, dns.Addr(), innerPort, strings.TrimPrefix(model.url, "http://"), hashOf(tokenAcme), inner, strings.Replace(model.url, "127.0.0.1", "model.test", 1)) + o.config
 	cfg, err := config.Parse([]byte(cfgText), "config.toml", "../../..")
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +267,7 @@ env = { ANTHROPIC_BASE_URL = %q }
 	defer cancel()
 	s, err := localstack.Start(ctx, localstack.Options{
 		Config: cfg, Template: "../../../template.yaml", Store: st, ReaperInterval: -1,
-		CancelGrace: 20 * time.Second, AgentSlice: 2 * time.Second,
+		CancelGrace: 20 * time.Second, AgentSlice: 2 * time.Second, WrapInvoker: o.wrap,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -221,8 +275,16 @@ env = { ANTHROPIC_BASE_URL = %q }
 	}
 	srv := &http.Server{Handler: apitest.Validate(t, s.Handler)}
 	go srv.Serve(ln)
-	e := &env{t: t, stack: s, url: "http://127.0.0.1:" + strconv.Itoa(port), st: st, model: model, logs: logs}
+	e := &env{t: t, stack: s, url: "http://127.0.0.1:" + strconv.Itoa(port), st: st, model: model, logs: logs, inner: testhttp.Count(innerLn)}
+	innerSrv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/exec") {
+			e.innerExecs.Add(1)
+		}
+		srv.Handler.ServeHTTP(w, r)
+	})}
+	go innerSrv.Serve(e.inner)
 	t.Cleanup(func() {
+		innerSrv.Close()
 		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/service/store"
 )
 
 // Event types an agent's output becomes.
@@ -14,6 +15,8 @@ const (
 	EventToolUse    = "agent.tool_use"
 	EventToolResult = "agent.tool_result"
 	EventResult     = "agent.result"
+	// EventBudget: the run reached its budget and the agent was stopped.
+	EventBudget = "budget.exhausted"
 )
 
 // maxText bounds the text one event carries; the store truncates beyond
@@ -163,4 +166,53 @@ func finalAnswer(format string, out []byte) (answer string, isError bool) {
 		return result, isError
 	}
 	return lastMessage, false
+}
+
+// resultTokens reads the model tokens a stream-json result line reports
+// (Claude Code's: per model in modelUsage; without it, the session's usage,
+// counted under fallback, the agent's name). ok is false for any other
+// line, and for a result that reports no tokens. The agent's own count is
+// the only one: its model calls go through the egress proxy encrypted, so
+// nothing else sees them.
+func resultTokens(format string, line []byte, fallback string) (u store.Usage, ok bool) {
+	if format != config.AgentOutputStreamJSON || !bytes.Contains(line, []byte(`"result"`)) {
+		return u, false
+	}
+	var m struct {
+		Type  string `json:"type"`
+		Usage *struct {
+			Input      int64 `json:"input_tokens"`
+			Output     int64 `json:"output_tokens"`
+			CacheWrite int64 `json:"cache_creation_input_tokens"`
+			CacheRead  int64 `json:"cache_read_input_tokens"`
+		} `json:"usage"`
+		ModelUsage map[string]struct {
+			Input      int64 `json:"inputTokens"`
+			Output     int64 `json:"outputTokens"`
+			CacheRead  int64 `json:"cacheReadInputTokens"`
+			CacheWrite int64 `json:"cacheCreationInputTokens"`
+		} `json:"modelUsage"`
+	}
+	if json.Unmarshal(bytes.TrimRight(line, "\r"), &m) != nil || m.Type != "result" {
+		return u, false
+	}
+	u.Tokens = map[string]store.TokenCount{}
+	for model, t := range m.ModelUsage {
+		if model == "" || t.Input < 0 || t.Output < 0 || t.CacheRead < 0 || t.CacheWrite < 0 {
+			continue
+		}
+		u.Add(store.Usage{Tokens: map[string]store.TokenCount{model: {Input: t.Input, Output: t.Output, CacheRead: t.CacheRead, CacheWrite: t.CacheWrite}}})
+	}
+	if len(m.ModelUsage) == 0 && m.Usage != nil && m.Usage.Input >= 0 && m.Usage.Output >= 0 && m.Usage.CacheRead >= 0 && m.Usage.CacheWrite >= 0 {
+		u.Tokens[fallback] = store.TokenCount{Input: m.Usage.Input, Output: m.Usage.Output, CacheRead: m.Usage.CacheRead, CacheWrite: m.Usage.CacheWrite}
+	}
+	for k, t := range u.Tokens {
+		if t == (store.TokenCount{}) {
+			delete(u.Tokens, k)
+		}
+	}
+	if len(u.Tokens) == 0 {
+		return store.Usage{}, false
+	}
+	return u, true
 }

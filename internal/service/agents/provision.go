@@ -61,6 +61,9 @@ func (c *call) provision(ctx context.Context) (Output, error) {
 	if _, err := c.r.o.Store.SetStatus(ctx, c.job.ID, []store.Status{store.StatusQueued}, store.StatusRunning); err != nil && !errors.Is(err, store.ErrConflict) {
 		return Output{}, err
 	}
+	if err := c.putUsage(ctx, usageProvision, store.Usage{AgentRuns: 1}); err != nil {
+		return Output{}, err
+	}
 	var secrets []providers.Secret
 	if ag.KeyEnv != "" {
 		ref, err := config.ParseSecretRef(ag.KeyEnv)
@@ -79,6 +82,8 @@ func (c *call) provision(ctx context.Context) (Output, error) {
 		TTL: ttl, Network: ag.Network, AllowHosts: ag.AllowHosts, Name: sandboxName(c.job.ID),
 		Labels: map[string]string{"agent_run": c.job.ClientID, "agent": c.req.Agent},
 		APIURL: c.apiURL(), Secrets: secrets,
+		// The sandbox and its children count in the run's usage.
+		Job: c.job.ID,
 	})
 	if err != nil {
 		return Output{}, fmt.Errorf("create the agent's sandbox: %w", err)

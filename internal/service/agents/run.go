@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandstep/sandstep/internal/service/direct"
@@ -25,41 +26,63 @@ const stopGrace = 30 * time.Second
 // run supervises the agent for one slice: it reads stdout from the offset
 // the state machine carries, turns each complete line into events (keyed by
 // offset, so a retried slice adds none twice), and returns done once the
-// agent ended and its output is read. A cancel request stops it.
-func (c *call) run(ctx context.Context, in Input) (Output, error) {
-	out := Output{SandboxID: in.SandboxID, ExecID: in.ExecID, Offset: in.Offset}
+// agent ended and its output is read. A cancel request stops it; so does
+// the run's budget, which stops the agent and reads what it wrote until
+// then. The model tokens the slice's lines report are its usage record,
+// keyed by the slice's number (a retried slice replaces it).
+func (c *call) run(ctx context.Context, in Input) (out Output, err error) {
+	out = Output{SandboxID: in.SandboxID, ExecID: in.ExecID, Offset: in.Offset, Slice: in.Slice + 1}
 	if in.SandboxID == "" || !direct.ValidExecID(in.ExecID) {
 		return out, &BadInput{Message: "run needs the sandbox_id and exec_id provision returned"}
 	}
 	ag := c.r.o.Agents[c.req.Agent]
+	var used store.Usage
+	defer func() {
+		if uerr := c.putUsage(ctx, usageRun(in.Slice), used); uerr != nil && err == nil {
+			err = uerr
+		}
+	}()
 	sliceEnd := c.r.o.Now().Add(c.r.o.Slice)
 	st, err := c.r.o.Direct.Status(ctx, c.caller, in.SandboxID, in.ExecID)
 	if err != nil {
 		return out, fmt.Errorf("the agent's exec: %w", err)
 	}
 	hardEnd := st.StartedAt.Add(c.timeout() + stopGrace)
+	var checked time.Time
 	for {
 		if err := c.cancelled(ctx); err != nil {
 			return out, err
+		}
+		if now := c.r.o.Now(); !st.Done && now.Sub(checked) >= budgetCheck {
+			checked = now
+			if err := c.budget(ctx, in); err != nil {
+				return out, err
+			}
 		}
 		ch, err := c.r.o.Direct.Output(ctx, c.caller, in.SandboxID, in.ExecID, direct.StreamStdout, out.Offset, readBytes, c.r.o.Poll)
 		if err != nil {
 			return out, fmt.Errorf("read the agent's output: %w", err)
 		}
-		used := len(ch.Data)
+		st.Done = ch.Done
+		n := len(ch.Data)
 		if !ch.Done {
 			// Only whole lines: the rest is read again with what follows,
 			// unless one line fills a whole read.
 			if i := bytes.LastIndexByte(ch.Data, '\n'); i >= 0 {
-				used = i + 1
-			} else if used < readBytes {
-				used = 0
+				n = i + 1
+			} else if n < readBytes {
+				n = 0
 			}
 		}
-		if err := c.lineEvents(ctx, ag.Output, out.Offset, ch.Data[:used]); err != nil {
+		if err := c.lineEvents(ctx, ag.Output, out.Offset, ch.Data[:n]); err != nil {
 			return out, err
 		}
-		out.Offset += int64(used)
+		for _, line := range bytes.Split(ch.Data[:n], []byte{'\n'}) {
+			if u, ok := resultTokens(ag.Output, line, c.req.Agent); ok {
+				used.Add(u)
+			}
+		}
+		out.Offset += int64(n)
 		if ch.Done && out.Offset >= ch.Next {
 			out.Done, out.ExitCode, out.TimedOut = true, ch.ExitCode, ch.TimedOut
 			return out, nil
@@ -73,6 +96,33 @@ func (c *call) run(ctx context.Context, in Input) (Output, error) {
 			return out, nil
 		}
 	}
+}
+
+// budget stops the agent once the run's budget is reached: the job
+// records budget_exhausted (once) and the agent's processes end, so the
+// slice reads the rest of its output and returns done; collect then keeps
+// what it wrote and fails the run, naming the limit. A run stopped before
+// is stopped again (a retried slice), which is harmless.
+func (c *call) budget(ctx context.Context, in Input) error {
+	over := ""
+	if slices.Contains(c.job.Fallbacks, FallbackBudgetExhausted) {
+		over = "reached before"
+	} else {
+		var err error
+		if over, err = c.overBudget(ctx, in.SandboxID); err != nil || over == "" {
+			return err
+		}
+		if _, err := c.r.o.Store.UpdateJob(ctx, c.job.ID, store.JobUpdate{AddFallbacks: []string{FallbackBudgetExhausted}}); err != nil {
+			return err
+		}
+		if err := c.event(ctx, "budget:exhausted", EventBudget, map[string]any{
+			"limit": over, "message": "the run's budget is reached (" + over + "): the agent is stopped; what it wrote so far is kept",
+		}); err != nil {
+			return err
+		}
+		c.log.Info("agent run budget reached", "limit", over)
+	}
+	return c.stopAgent(ctx, in.SandboxID, in.ExecID)
 }
 
 // lineEvents appends the events of the lines in data, which starts at

@@ -15,6 +15,7 @@ import (
 	"github.com/sandstep/sandstep/internal/service/agents"
 	"github.com/sandstep/sandstep/internal/service/ids"
 	"github.com/sandstep/sandstep/internal/service/store"
+	"github.com/sandstep/sandstep/internal/service/usage"
 )
 
 // agentRoutes are the agent runs: a job of type agent, on the agent-run
@@ -35,6 +36,28 @@ type agentRunBody struct {
 	Files          map[string]string `json:"files"`
 	TimeoutSeconds *int64            `json:"timeout_seconds"`
 	JobID          *string           `json:"job_id"`
+	// Budget: only max_sandbox_seconds (agentBudget).
+	Budget *budgetBody `json:"budget"`
+}
+
+// agentBudget checks an agent run's budget. Only max_sandbox_seconds can
+// stop an agent in time: its sandboxes' time grows in the ledger as it
+// runs, while its model tokens (and so most of its cost) are known only
+// from the result line it prints at its end.
+func agentBudget(b *budgetBody) (*store.JobBudget, error) {
+	switch {
+	case b == nil:
+		return nil, nil
+	case b.MaxTokens != nil:
+		return nil, invalid("budget.max_tokens", "budget.max_tokens is not accepted for agent runs: an agent's tokens are known only from its final result, too late to stop it; use budget.max_sandbox_seconds (and the agent's own limits, such as Claude Code's --max-turns)")
+	case b.MaxCost != nil:
+		return nil, invalid("budget.max_cost", "budget.max_cost is not accepted for agent runs: an agent's model cost is known only from its final result, too late to stop it; use budget.max_sandbox_seconds")
+	case b.MaxSandboxSeconds == nil:
+		return nil, invalid("budget", "budget must set max_sandbox_seconds")
+	case *b.MaxSandboxSeconds <= 0:
+		return nil, invalid("budget.max_sandbox_seconds", "budget.max_sandbox_seconds must be greater than 0")
+	}
+	return &store.JobBudget{MaxSandboxSeconds: *b.MaxSandboxSeconds}, nil
 }
 
 func agentLinks(id string) links {
@@ -104,7 +127,11 @@ func (s *server) decodeAgentRun(r *http.Request) (agentRunBody, agents.Request, 
 			return body, req, invalid("timeout_seconds", "timeout_seconds must be from 1 to %d for agent %q", int64(ag.MaxTimeout.D()/time.Second), *body.Agent)
 		}
 	}
-	req = agents.Request{Agent: *body.Agent, Prompt: *body.Prompt, Files: body.Files, TimeoutSeconds: int64(timeout / time.Second)}
+	budget, err := agentBudget(body.Budget)
+	if err != nil {
+		return body, req, err
+	}
+	req = agents.Request{Agent: *body.Agent, Prompt: *body.Prompt, Files: body.Files, TimeoutSeconds: int64(timeout / time.Second), Budget: budget}
 	return body, req, nil
 }
 
@@ -145,6 +172,15 @@ type agentRunView struct {
 	UpdatedAt       string       `json:"updated_at"`
 	FinishedAt      *string      `json:"finished_at"`
 	Links           links        `json:"links"`
+	// Budget is the request's (only max_sandbox_seconds), null without
+	// one; Fallbacks holds budget_exhausted once it stopped the agent.
+	Budget    *store.JobBudget `json:"budget"`
+	Fallbacks []string         `json:"fallbacks"`
+	// Usage is what the run used so far (its sandboxes' time, bytes out
+	// and execs once they are terminated); Cost its cost at [pricing],
+	// null without it.
+	Usage usage.View  `json:"usage"`
+	Cost  *usage.Cost `json:"cost"`
 }
 
 func (s *server) agentRun(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -158,11 +194,17 @@ func (s *server) agentRun(w http.ResponseWriter, r *http.Request, c *call) error
 		JobID: job.ClientID, Agent: req.Agent, Status: viewStatus(job), Error: optional(job.Error),
 		SandboxID: optional(job.SandboxID), TimeoutSeconds: req.TimeoutSeconds, CancelRequested: job.CancelRequested,
 		CreatedAt: formatTime(job.CreatedAt), UpdatedAt: formatTime(job.UpdatedAt), Links: agentLinks(job.ClientID),
+		Budget: req.Budget, Fallbacks: nonNil(job.Fallbacks),
 	}
 	if !job.FinishedAt.IsZero() {
 		f := formatTime(job.FinishedAt)
 		v.FinishedAt = &f
 	}
+	u, err := s.jobUsage(r.Context(), job)
+	if err != nil {
+		return err
+	}
+	v.Usage, v.Cost = usage.ViewOf(u), s.cost(u)
 	return writeJSON(w, http.StatusOK, v)
 }
 
@@ -185,6 +227,9 @@ type agentResultView struct {
 	IsError   bool                  `json:"is_error"`
 	Artifacts []artifactView        `json:"artifacts"`
 	Skipped   []agents.ArtifactInfo `json:"skipped"`
+	// Usage and Cost are the run's, as GET /v1/agent-runs/{id} shows them.
+	Usage usage.View  `json:"usage"`
+	Cost  *usage.Cost `json:"cost"`
 }
 
 // agentResult is the final answer, exit status and artifacts: 404 until
@@ -215,6 +260,11 @@ func (s *server) agentResult(w http.ResponseWriter, r *http.Request, c *call) er
 		v.Artifacts = append(v.Artifacts, artifactView{Path: a.Path, Size: a.Size, ContentType: a.ContentType,
 			URL: agentLinks(job.ClientID).Self + "/artifacts/" + a.Path})
 	}
+	u, err := s.jobUsage(r.Context(), job)
+	if err != nil {
+		return err
+	}
+	v.Usage, v.Cost = usage.ViewOf(u), s.cost(u)
 	return writeJSON(w, http.StatusOK, v)
 }
 

@@ -127,7 +127,7 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"search","label":"s","status":"complete","current":0,"total":0},`, 8), ",") + `]`
 	goodJob := `{"job_id":"j","status":"running","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
 		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":[],"cancel_requested":false,` +
-		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0},"cost":null}`
+		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null}`
 	for _, tc := range []struct {
 		name, method, path, ct string
 		status                 int

@@ -23,7 +23,8 @@ func TestUsageFragmentDescribesTheViews(t *testing.T) {
 		Paths      map[string]map[string]any `json:"paths"`
 		Components struct {
 			Schemas map[string]struct {
-				Required []string `json:"required"`
+				Required   []string       `json:"required"`
+				Properties map[string]any `json:"properties"`
 			} `json:"schemas"`
 		} `json:"components"`
 	}
@@ -34,22 +35,33 @@ func TestUsageFragmentDescribesTheViews(t *testing.T) {
 		t.Fatalf("paths %v", doc.Paths)
 	}
 	for schema, v := range map[string]any{"Usage": usage.View{}, "Cost": usage.Cost{}} {
-		want := jsonFields(reflect.TypeOf(v))
-		got := slices.Sorted(slices.Values(doc.Components.Schemas[schema].Required))
+		want, optional := jsonFields(reflect.TypeOf(v))
+		sc := doc.Components.Schemas[schema]
+		got := slices.Sorted(slices.Values(sc.Required))
 		if !slices.Equal(got, want) {
-			t.Errorf("schema %s requires %v; the API answers %v", schema, got, want)
+			t.Errorf("schema %s requires %v; the API always answers %v", schema, got, want)
+		}
+		for _, f := range optional {
+			if _, ok := sc.Properties[f]; !ok {
+				t.Errorf("schema %s does not describe %s, which the API answers when it has one", schema, f)
+			}
 		}
 	}
 }
 
-func jsonFields(t reflect.Type) []string {
-	var out []string
+// jsonFields are a view's fields: those always there, and those left out
+// when empty (omitempty).
+func jsonFields(t reflect.Type) (always, optional []string) {
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		out = append(out, name)
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if strings.Contains(opts, "omitempty") {
+			optional = append(optional, name)
+			continue
+		}
+		always = append(always, name)
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(always)
+	return always, optional
 }
 
 // GET /v1/usage refuses what it cannot answer, naming the parameter, and

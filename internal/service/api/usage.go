@@ -22,8 +22,9 @@ import (
 // is at most maxUsageRange. group_by defaults to day (of each job's
 // creation, UTC). job_type groups by the kind and mode of job
 // ("research:light", "agent" for agent runs), and sessions' sandboxes are
-// "session", direct sandboxes "sandbox". provider groups sandbox time by provider; model
-// tokens and search calls belong to no provider and are only in the total.
+// "session", direct sandboxes "sandbox". provider groups sandbox time and
+// bytes out by provider; model tokens, search calls, execs and agent runs
+// of jobs belong to no provider and are only in the total.
 
 const maxUsageRange = 366 * 24 * time.Hour
 
@@ -125,6 +126,9 @@ func (s *server) usage(w http.ResponseWriter, r *http.Request, c *call) error {
 				prov, _ := store.ParseSandboxSize(size)
 				g := at(prov)
 				g.u.Add(store.Usage{SandboxSeconds: map[string]float64{size: secs}})
+			}
+			for prov, n := range u.BytesOut {
+				at(prov).u.Add(store.Usage{BytesOut: map[string]int64{prov: n}})
 			}
 			seen := map[string]bool{}
 			for size := range u.SandboxSeconds {

@@ -141,6 +141,10 @@ type CreateRequest struct {
 	// Secrets are for sandstep's own callers (an agent run's host-scoped
 	// model key), never taken from a request.
 	Secrets []providers.Secret
+	// Job, for sandstep's own callers, is the job whose usage the sandbox
+	// and every child it starts count in (an agent run), instead of the
+	// usage records of sandboxes no job owns; never taken from a request.
+	Job string
 }
 
 // Sandbox is a sandbox as the API shows it.
@@ -250,7 +254,7 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 	rec := store.DirectSandbox{
 		ID: randomID(10), Tenant: caller.Tenant, Name: req.Name, Ports: req.ExposePorts,
 		Network: string(req.Network), Labels: req.Labels, CreatedAt: now, LastActive: now,
-		URLToken: randomID(20),
+		URLToken: randomID(20), Job: req.Job,
 	}
 	rec.Ledger = ledgerName(rec.ID)
 	owner := sandboxes.TenantOwner(caller.Tenant)
@@ -266,7 +270,9 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 		if parent.Depth+1 > s.o.Config.MaxDepth {
 			return Sandbox{}, &store.LimitError{Limit: "max_depth", Max: int64(s.o.Config.MaxDepth), Scope: "parent"}
 		}
-		rec.ParentID, rec.Depth = parent.ID, parent.Depth+1
+		// A child counts where its parent does (an agent run's children
+		// in the run's usage).
+		rec.ParentID, rec.Depth, rec.Job = parent.ID, parent.Depth+1, parent.Job
 		// A child lives at most child_max_ttl, and never beyond its parent.
 		req.TTL = min(req.TTL, s.o.Config.ChildMaxTTL.D(), parent.EndsAt.Sub(now))
 		if req.TTL < time.Second {
@@ -307,7 +313,7 @@ func (s *Service) CreateSandbox(ctx context.Context, caller Caller, req CreateRe
 	}
 	maps.Copy(spec.Labels, req.Labels)
 	spec.Secrets = append(spec.Secrets, req.Secrets...)
-	lease, err := s.o.Sandboxes.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec})
+	lease, err := s.o.Sandboxes.Acquire(ctx, sandboxes.Request{Owner: owner, Spec: spec, Job: rec.Job})
 	if err != nil {
 		if _, cerr := s.o.Store.DirectClose(context.WithoutCancel(ctx), rec.ID, "create failed", store.DirectEvent{Type: "sandbox.terminated", At: s.o.Now(), Message: "create failed"}); cerr != nil {
 			s.log.Warn("closing the record of a failed create", "sandbox", rec.ID, "err", cerr)
@@ -496,6 +502,21 @@ func (s *Service) terminate(ctx context.Context, d store.DirectSandbox, reason s
 		}
 	}
 	return n, err
+}
+
+// TreeUsage is what the sandbox id and the children it started
+// (recursively) used, as the ledger counts it for the job they belong to
+// (CreateRequest.Job): their time by provider and size, bytes out where
+// measured, execs. Sandboxes of no job count nothing here.
+func (s *Service) TreeUsage(ctx context.Context, caller Caller, id string) (store.Usage, error) {
+	d, err := s.get(ctx, caller, id)
+	if err != nil {
+		return store.Usage{}, err
+	}
+	if d.Job == "" {
+		return store.Usage{}, nil
+	}
+	return s.o.Sandboxes.TreeUsage(ctx, d.Ledger, d.Job)
 }
 
 // Authenticate resolves a sandbox token: the tenant it acts for and the

@@ -253,6 +253,11 @@ while [ ! -f "$d/exit" ] && [ "$(date +%%s)" -lt "$end" ]; do sleep $p; case $p 
 	if err != nil {
 		return ExecResult{}, err
 	}
+	// The command runs: it counts in the sandbox's usage. A count that
+	// fails is logged, not the exec's failure.
+	if err := s.o.Sandboxes.CountExec(ctx, d.Ledger); err != nil {
+		s.log.Warn("count an exec", "sandbox", d.ID, "err", err)
+	}
 	return res, nil
 }
 

@@ -67,7 +67,7 @@ func TestReconcileGivesBackWhatACrashLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.LedgerClose(ctx, "sb-closed", "test"); err != nil {
+	if _, err := st.LedgerClose(ctx, "sb-closed", "test", nil); err != nil {
 		t.Fatal(err)
 	}
 

@@ -31,7 +31,7 @@ func TestPassGivesBackLostQuotaSlots(t *testing.T) {
 	if _, err := e.st.LedgerBegin(ctx, store.LedgerEntry{Name: "sb-closed", Provider: "local", Owner: "job:j-ended", Tenant: "acme", Deadline: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.st.LedgerClose(ctx, "sb-closed", "test"); err != nil {
+	if _, err := e.st.LedgerClose(ctx, "sb-closed", "test", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.st.AcquireSlot(ctx, "acme", store.QuotaConcurrentSandboxes, 5, "sb-closed"); err != nil {

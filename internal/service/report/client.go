@@ -114,6 +114,9 @@ type Completion struct {
 	Usage *Usage
 	// Failed are the candidates that failed before Model answered.
 	Failed []*ModelError
+	// answered: the server took the request (a 2xx) and so read, and
+	// bills, its input, whatever text came of it.
+	answered bool
 }
 
 // Usage counts tokens.
@@ -293,6 +296,7 @@ func (c *Client) attempt(ctx context.Context, model string, messages []Message, 
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		return fail(resp.StatusCode, errorDetail(b), nil)
 	}
+	comp.answered = true
 	emit := func(s string) {
 		if s == "" {
 			return
@@ -441,9 +445,10 @@ func meter(ctx context.Context, model string, messages []Message, comp Completio
 		m(model, int64(u.PromptTokens), int64(u.CompletionTokens), false)
 		return
 	}
-	if comp.Text == "" {
-		return // refused or failed before answering: nothing billed
+	if comp.Text == "" && !comp.answered {
+		return // refused or failed before the server took it: nothing billed
 	}
+	// An empty answer was still read: its input counts.
 	in := 0
 	for _, msg := range messages {
 		in += len(msg.Content)

@@ -457,6 +457,16 @@ func noUsage(pieces ...string) behaviour {
 	}
 }
 
+// emptyWithUsage answers nothing but reports the prompt's tokens.
+func emptyWithUsage(prompt int) behaviour {
+	return func(w http.ResponseWriter, r *http.Request, model string) {
+		sseHeaders(w)
+		event(w, chunk(model, "", "stop"))
+		event(w, fmt.Sprintf(`{"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":0,"total_tokens":%d}}`, prompt, prompt))
+		event(w, "[DONE]")
+	}
+}
+
 // The meter gets each model's tokens as the server reports them; from a
 // server that reports none, an estimate from the text (four bytes a token)
 // marked estimated, also for an answer broken off; nothing for a model
@@ -478,6 +488,9 @@ func TestMeterCountsReportedAndEstimatedTokens(t *testing.T) {
 		{"estimated", map[string]behaviour{"m1": noUsage("Solid", "-state ", "cells")}, []string{"m1"}, []count{{"m1", 20, 5, true}}},
 		{"broken off", map[string]behaviour{"m1": breaksAfter("abcdefgh")}, []string{"m1"}, []count{{"m1", 20, 2, true}}},
 		{"refused, then another", map[string]behaviour{"m1": status(429, rateLimited), "m2": noUsage("ok")}, []string{"m1", "m2"}, []count{{"m2", 20, 1, true}}},
+		// An empty answer read the prompt all the same: its input counts.
+		{"empty, then another", map[string]behaviour{"m1": noUsage(), "m2": noUsage("ok")}, []string{"m1", "m2"}, []count{{"m1", 20, 0, true}, {"m2", 20, 1, true}}},
+		{"empty with usage", map[string]behaviour{"m1": emptyWithUsage(33), "m2": noUsage("ok")}, []string{"m1", "m2"}, []count{{"m1", 33, 0, false}, {"m2", 20, 1, true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFake(t, apiKey, tc.b)

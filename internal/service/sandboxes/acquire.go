@@ -15,6 +15,10 @@ import (
 // Request is a sandbox an owner wants.
 type Request struct {
 	Owner Owner
+	// Job, when set, is the job whose usage the sandbox counts in (an
+	// agent run's direct sandbox and its children): its ledger entry
+	// names it, and no usage record of its own is written when it closes.
+	Job string
 	// Spec is what to create. Spec.Name is required: it keys the ledger
 	// entry, and it makes Acquire idempotent for the owner.
 	Spec providers.CreateSpec
@@ -53,6 +57,7 @@ func (m *Manager) begin(ctx context.Context, req Request) (store.LedgerEntry, er
 		Name:     req.Spec.Name,
 		Provider: m.name,
 		Owner:    req.Owner.String(),
+		Job:      req.Job,
 		Tenant:   req.Owner.Tenant,
 		Labels:   req.Spec.Labels,
 		Snapshot: req.Spec.Snapshot,
@@ -104,7 +109,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 			return Lease{}, fmt.Errorf("look up sandbox %s: %w", entry.ProviderID, err)
 		}
 		// It is gone (expired or preempted): close the entry and start over.
-		closed, err := m.st.LedgerClose(ctx, spec.Name, "gone")
+		closed, err := m.st.LedgerClose(ctx, spec.Name, "gone", nil)
 		if err != nil {
 			return Lease{}, fmt.Errorf("ledger: %w", err)
 		}
@@ -117,7 +122,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	// Admitted once the ledger entry exists, so that a slot is never held
 	// for a sandbox the ledger does not know; a refusal closes the entry.
 	if err := m.quot.AdmitSandbox(ctx, req.Owner.Tenant, spec.Name, spec.Lifetime, true); err != nil {
-		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "refused: "+err.Error()); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
+		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "refused: "+err.Error(), nil); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a refused acquire", "name", spec.Name, "err", cerr)
 		}
 		m.record(ctx, slog.LevelInfo, EventRefused, t, time.Since(start), "err", err)
@@ -127,7 +132,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (Lease, error) {
 	if err != nil {
 		m.record(ctx, slog.LevelWarn, EventFailed, t, time.Since(start), "stage", "create", "err", scrub(err, spec))
 		m.endLostCreate(ctx, t, spec, err)
-		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "create failed"); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
+		if _, cerr := m.close(context.WithoutCancel(ctx), spec.Name, "create failed", nil); cerr != nil && !errors.Is(cerr, store.ErrNotFound) {
 			m.log.Warn("ledger close after a failed create", "name", spec.Name, "err", cerr)
 		}
 		return Lease{}, &CreateError{Name: spec.Name, Err: err}
@@ -212,7 +217,7 @@ func (m *Manager) endLostCreate(ctx context.Context, t target, spec providers.Cr
 		t.id = sb.ID
 		// A failure is logged and counted by terminate; the entry closes
 		// anyway, and Reconcile finds the sandbox as an orphan.
-		_ = m.terminate(ctx, t, "create answer lost")
+		_, _ = m.terminate(ctx, t, "create answer lost")
 	case providers.IsUnsupported(err):
 		m.log.Warn("a create whose answer was lost may have made a sandbox the provider cannot find; it ends at its lifetime", "name", name, "err", scrub(cause, spec))
 	}

@@ -76,7 +76,7 @@ func f(p Provider, st *Store, db *dynamodb.Client) {
 	p.Terminate(ctx, id)
 	c.LedgerReaped++
 	st.LedgerBegin(ctx, e)
-	st.LedgerClose(ctx, "n", "r")
+	st.LedgerClose(ctx, "n", "r", nil)
 	st.LedgerListByOwner(ctx, "o")
 	os.Create("file")
 	db.CreateTable(ctx, nil)

@@ -160,7 +160,7 @@ func (m *Manager) reconcileByList(ctx context.Context, live []store.LedgerEntry,
 		if known {
 			continue
 		}
-		if err := m.terminate(ctx, target{tenant: sb.Labels[providers.LabelTenant], name: sb.Name, id: sb.ID}, reasonOrphan); err != nil {
+		if _, err := m.terminate(ctx, target{tenant: sb.Labels[providers.LabelTenant], name: sb.Name, id: sb.ID}, reasonOrphan); err != nil {
 			errs = append(errs, fmt.Errorf("terminate orphan: %w", err))
 			continue
 		}
@@ -230,7 +230,7 @@ const reasonOrphan = "orphan: the ledger does not know it"
 
 func (m *Manager) closeGone(ctx context.Context, e store.LedgerEntry) error {
 	start := time.Now()
-	if _, err := m.close(ctx, e.Name, "gone"); err != nil {
+	if _, err := m.close(ctx, e.Name, "gone", nil); err != nil {
 		return fmt.Errorf("close ledger entry %s: %w", e.Name, err)
 	}
 	m.record(ctx, slog.LevelWarn, EventGone, target{owner: e.Owner, tenant: e.Tenant, name: e.Name, id: e.ProviderID}, time.Since(start), "reason", "reconcile")

@@ -173,27 +173,19 @@ func (m *Manager) Closed(ctx context.Context, name string) (bool, error) {
 	return err == nil && e.State == store.LedgerTerminated, err
 }
 
-// Usage is the sandbox time owner's sandboxes used, by provider and memory
-// size, from the ledger: from when each was confirmed running to when it
-// was terminated (or to now, for one still live). A sandbox whose create
-// was never confirmed counts nothing.
+// Usage is what owner's sandboxes used, from the ledger (store.EntryUsage):
+// their time by provider and memory size, from when each was confirmed
+// running to when it was terminated (or to now, for one still live), their
+// bytes out where measured, their execs.
 func (m *Manager) Usage(ctx context.Context, owner Owner) (store.Usage, error) {
 	entries, err := m.st.LedgerListByOwner(ctx, owner.String())
 	if err != nil {
 		return store.Usage{}, err
 	}
 	var u store.Usage
+	now := m.now()
 	for _, e := range entries {
-		if e.RunningAt.IsZero() {
-			continue
-		}
-		end := e.TerminatedAt
-		if end.IsZero() {
-			end = m.now()
-		}
-		if secs := end.Sub(e.RunningAt).Seconds(); secs > 0 {
-			u.Add(store.Usage{SandboxSeconds: map[string]float64{store.SandboxSize(e.Provider, e.MemoryMB): secs}})
-		}
+		u.Add(store.EntryUsage(e, now))
 	}
 	return u, nil
 }
@@ -295,15 +287,21 @@ func (m *Manager) findByName(ctx context.Context, name string) (providers.Sandbo
 }
 
 // end terminates the sandbox t.id (when known) and closes the entry t.name
-// (when known).
+// (when known), with the bytes out the provider measured before the
+// terminate.
 func (m *Manager) end(ctx context.Context, t target, reason string) error {
+	var bytesOut *int64
 	if t.id != "" {
-		if err := m.terminate(ctx, t, reason); err != nil {
+		net, err := m.terminate(ctx, t, reason)
+		if err != nil {
 			return err
+		}
+		if net.Measured {
+			bytesOut = &net.BytesOut
 		}
 	}
 	if t.name != "" {
-		if _, err := m.close(ctx, t.name, reason); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if _, err := m.close(ctx, t.name, reason, bytesOut); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return fmt.Errorf("ledger close %s: %w", t.name, err)
 		}
 	}
@@ -312,10 +310,11 @@ func (m *Manager) end(ctx context.Context, t target, reason string) error {
 
 // terminate ends the sandbox t.id, the one way every cleanup takes, and
 // records it. What the sandbox sent and received is read first, while it
-// lives, and logged with the event.
-func (m *Manager) terminate(ctx context.Context, t target, reason string) error {
+// lives, logged with the event and returned (not Measured when the
+// provider does not count it or the sandbox was already gone).
+func (m *Manager) terminate(ctx context.Context, t target, reason string) (providers.NetworkUsage, error) {
 	start := time.Now()
-	var network any
+	var network providers.NetworkUsage
 	gone := false
 	switch sb, err := m.prov.Get(ctx, t.id); {
 	case err == nil:
@@ -330,7 +329,7 @@ func (m *Manager) terminate(ctx context.Context, t target, reason string) error 
 	}
 	if err := m.prov.Terminate(ctx, t.id); err != nil {
 		m.record(ctx, slog.LevelError, EventCleanupFailed, t, time.Since(start), "reason", reason, "err", err)
-		return &TerminateError{ID: t.id, Err: err}
+		return providers.NetworkUsage{}, &TerminateError{ID: t.id, Err: err}
 	}
 	if gone {
 		// The terminate is idempotent, and nothing was cleaned up now.
@@ -339,17 +338,18 @@ func (m *Manager) terminate(ctx context.Context, t target, reason string) error 
 		if t.name != "" {
 			m.record(ctx, slog.LevelWarn, EventGone, t, time.Since(start), "reason", reason)
 		}
-		return nil
+		return network, nil
 	}
 	m.record(ctx, level, EventCleanedUp, t, time.Since(start), "reason", reason, "network", network)
-	return nil
+	return network, nil
 }
 
-// close closes the ledger entry name, records its usage (recordUsage) and
-// gives back its tenant's concurrent_sandboxes slot. A slot whose release fails is logged and left
+// close closes the ledger entry name (with the sandbox's bytes out, when
+// measured), records its usage (recordUsage) and gives back its tenant's
+// concurrent_sandboxes slot. A slot whose release fails is logged and left
 // to the reaper (quota.Reconcile): the sandbox is gone either way.
-func (m *Manager) close(ctx context.Context, name, reason string) (store.LedgerEntry, error) {
-	e, err := m.st.LedgerClose(ctx, name, reason)
+func (m *Manager) close(ctx context.Context, name, reason string, bytesOut *int64) (store.LedgerEntry, error) {
+	e, err := m.st.LedgerClose(ctx, name, reason, bytesOut)
 	if err != nil {
 		return e, err
 	}

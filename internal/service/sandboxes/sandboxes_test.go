@@ -53,7 +53,20 @@ type faulty struct {
 	// loseAnswer makes the sandbox but answers Unavailable, as a plugin
 	// that died mid-call does.
 	loseAnswer bool
+	// unmeasured answers Get without the network usage, as a provider
+	// that does not count traffic does.
+	unmeasured bool
 	creates    int
+}
+
+func (f *faulty) Get(ctx context.Context, id string) (providers.Sandbox, error) {
+	sb, err := f.Provider.Get(ctx, id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unmeasured {
+		sb.Network = providers.NetworkUsage{}
+	}
+	return sb, err
 }
 
 func (f *faulty) Create(ctx context.Context, spec providers.CreateSpec) (providers.Sandbox, error) {
@@ -84,6 +97,12 @@ type env struct {
 // DynamoDB Local.
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, "")
+}
+
+// newEnvWith is newEnv with more config (TOML lines after [provider]).
+func newEnvWith(t *testing.T, extra string) *env {
+	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("bwrap is missing (Debian package bubblewrap)")
@@ -91,7 +110,7 @@ func newEnv(t *testing.T) *env {
 		t.Skip("bwrap is missing (Debian package bubblewrap)")
 	}
 	db := testddb.ForTests(t)
-	cfg, err := config.Parse([]byte(fmt.Sprintf("[server]\ndata_dir = %q\n[provider]\nplugin_dir = %q\n", t.TempDir(), pluginDir)), "config.toml", ".")
+	cfg, err := config.Parse([]byte(fmt.Sprintf("[server]\ndata_dir = %q\n[provider]\nplugin_dir = %q\n", t.TempDir(), pluginDir)+extra), "config.toml", ".")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func BenchmarkJobLifecycle(b *testing.B) {
 		}
 		must(s.PutSources(ctx, id, sources))
 		must(s.PutReport(ctx, id, report, true))
-		_, err = s.LedgerClose(ctx, id, "completed")
+		_, err = s.LedgerClose(ctx, id, "completed", nil)
 		must(err)
 		_, err = s.SetStatus(ctx, id, []store.Status{store.StatusRunning}, store.StatusSucceeded)
 		must(err)

@@ -43,7 +43,10 @@ type DirectSandbox struct {
 	ParentID string
 	Depth    int
 	// Ledger is the sandbox's ledger entry (and provider name).
-	Ledger     string
+	Ledger string
+	// Job is the job whose usage the sandbox counts in (an agent run's
+	// sandbox; its children inherit it), "" for a sandbox of its own.
+	Job        string
 	ProviderID string
 	State      string
 	Ports      []int
@@ -107,6 +110,9 @@ func directItem(d DirectSandbox) map[string]types.AttributeValue {
 	if d.ParentID != "" {
 		item["parent_id"] = avS(d.ParentID)
 	}
+	if d.Job != "" {
+		item["job"] = avS(d.Job)
+	}
 	if d.Network != "" {
 		item["network"] = avS(d.Network)
 	}
@@ -135,7 +141,7 @@ func eventAV(e DirectEvent) types.AttributeValue {
 func directFromItem(item map[string]types.AttributeValue) DirectSandbox {
 	d := DirectSandbox{
 		ID: getS(item, "id"), Tenant: getS(item, "tenant"), Name: getS(item, "name"),
-		ParentID: getS(item, "parent_id"), Depth: int(getN(item, "depth")), Ledger: getS(item, "ledger"),
+		ParentID: getS(item, "parent_id"), Depth: int(getN(item, "depth")), Ledger: getS(item, "ledger"), Job: getS(item, "job"),
 		ProviderID: getS(item, "provider_id"), State: getS(item, "state"), URLToken: getS(item, "url_token"),
 		TokenHash: getS(item, "token_hash"), PortURLs: getStrMap(item, "port_urls"), Network: getS(item, "network"),
 		Labels: getStrMap(item, "labels"), CreatedAt: getTime(item, "created_at"), EndsAt: getTime(item, "deadline"),

@@ -293,7 +293,7 @@ func TestIndexesHaveNoHotKey(t *testing.T) {
 			if _, err := st.LedgerRunning(ctx, name, "p-"+name); err != nil {
 				return err
 			}
-			closed, err := st.LedgerClose(ctx, name, "completed")
+			closed, err := st.LedgerClose(ctx, name, "completed", nil)
 			if err != nil {
 				return err
 			}

@@ -38,6 +38,11 @@ type LedgerEntry struct {
 	// Parent is the owner's own owner, when it has one (a child sandbox's
 	// parent); empty for jobs and sessions.
 	Parent string
+	// Job is the job whose usage the sandbox's counts (an agent run's
+	// direct sandbox and its children), whoever owns it; empty for a
+	// sandbox no job accounts for. A research job's own sandboxes (owner
+	// "job:<key>") need no Job: their owner says it.
+	Job    string
 	Tenant string
 	Labels map[string]string
 	// Snapshot is the snapshot the sandbox boots from: the snapshot
@@ -55,7 +60,13 @@ type LedgerEntry struct {
 	RunningAt    time.Time
 	TerminatedAt time.Time
 	// Reason says why it was closed ("completed", "cancelled", "reaped").
-	Reason    string
+	Reason string
+	// BytesOut is what the sandbox sent to the network, as its provider
+	// measured it when the owner terminated it; nil where the provider
+	// does not count traffic, or the sandbox was found gone.
+	BytesOut *int64
+	// Execs counts the commands run in the sandbox (LedgerAddExec).
+	Execs     int64
 	ExpiresAt time.Time // DynamoDB TTL; set only once terminated
 }
 
@@ -96,6 +107,9 @@ func (s *Store) LedgerBegin(ctx context.Context, e LedgerEntry) (LedgerEntry, er
 	}
 	if e.Parent != "" {
 		item["parent"] = avS(e.Parent)
+	}
+	if e.Job != "" {
+		item["job"] = avS(e.Job)
 	}
 	if e.MemoryMB > 0 {
 		item["memory_mb"] = avN(int64(e.MemoryMB))
@@ -145,9 +159,10 @@ func (s *Store) LedgerRunning(ctx context.Context, name, providerID string) (Led
 }
 
 // LedgerClose marks the sandbox terminated; call it after every terminate.
-// Closing a closed entry is a no-op that returns it; an unknown name is
-// ErrNotFound.
-func (s *Store) LedgerClose(ctx context.Context, name, reason string) (LedgerEntry, error) {
+// bytesOut, when measured, is what the sandbox sent (kept with its times
+// for usage). Closing a closed entry is a no-op that returns it; an
+// unknown name is ErrNotFound.
+func (s *Store) LedgerClose(ctx context.Context, name, reason string, bytesOut *int64) (LedgerEntry, error) {
 	now := s.now()
 	e := newExpr()
 	e.set("state", avS(string(LedgerTerminated)))
@@ -156,6 +171,9 @@ func (s *Store) LedgerClose(ctx context.Context, name, reason string) (LedgerEnt
 	e.set("expires_at", s.expiry(now))
 	if reason != "" {
 		e.set("reason", avS(truncate(reason, 1024)))
+	}
+	if bytesOut != nil {
+		e.set("bytes_out", avN(*bytesOut))
 	}
 	e.remove("live_shard")
 	e.cond("attribute_exists(pk)")
@@ -169,6 +187,27 @@ func (s *Store) LedgerClose(ctx context.Context, name, reason string) (LedgerEnt
 		return cur, nil
 	}
 	return cur, err
+}
+
+// LedgerAddExec counts one command run in the live sandbox name. An entry
+// that closed meanwhile, or is unknown, is left as it is (the command
+// could not have run).
+func (s *Store) LedgerAddExec(ctx context.Context, name string) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.sandboxes,
+		Key:                       ledgerKey(name),
+		UpdateExpression:          aws.String("ADD execs :one"),
+		ConditionExpression:       aws.String("attribute_exists(pk) AND #state <> :terminated"),
+		ExpressionAttributeNames:  map[string]string{"#state": "state"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": avN(1), ":terminated": avS(string(LedgerTerminated))},
+	})
+	if _, ok := isConditionFailed(err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("count an exec of sandbox %s: %w", name, err)
+	}
+	return nil
 }
 
 // LedgerGet reads one entry.
@@ -250,6 +289,7 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		ProviderID:   getS(item, "provider_id"),
 		Owner:        getS(item, "owner"),
 		Parent:       getS(item, "parent"),
+		Job:          getS(item, "job"),
 		Tenant:       getS(item, "tenant"),
 		Labels:       getStrMap(item, "labels"),
 		Snapshot:     getS(item, "snapshot"),
@@ -260,8 +300,19 @@ func ledgerFromItem(item map[string]types.AttributeValue) LedgerEntry {
 		RunningAt:    getTime(item, "running_at"),
 		TerminatedAt: getTime(item, "terminated_at"),
 		Reason:       getS(item, "reason"),
+		BytesOut:     getOptN(item, "bytes_out"),
+		Execs:        getN(item, "execs"),
 		ExpiresAt:    getUnix(item, "expires_at"),
 	}
+}
+
+// getOptN reads a number attribute that may be absent (nil then).
+func getOptN(item map[string]types.AttributeValue, k string) *int64 {
+	if _, ok := item[k].(*types.AttributeValueMemberN); !ok {
+		return nil
+	}
+	n := getN(item, k)
+	return &n
 }
 
 // remaining is how many more items a query may return (0: unlimited).

@@ -49,11 +49,11 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err != nil || e.State != store.LedgerRunning || e.ProviderID != "prov-123" || e.RunningAt.IsZero() {
 		t.Fatalf("running = %+v, %v", e, err)
 	}
-	e, err = s.LedgerClose(ctx, "job-1", "completed")
+	e, err = s.LedgerClose(ctx, "job-1", "completed", nil)
 	if err != nil || e.State != store.LedgerTerminated || e.TerminatedAt.IsZero() || e.Reason != "completed" || e.ExpiresAt.IsZero() {
 		t.Fatalf("closed = %+v, %v", e, err)
 	}
-	if again, err := s.LedgerClose(ctx, "job-1", "reaped"); err != nil || again.Reason != "completed" || !again.TerminatedAt.Equal(e.TerminatedAt) {
+	if again, err := s.LedgerClose(ctx, "job-1", "reaped", nil); err != nil || again.Reason != "completed" || !again.TerminatedAt.Equal(e.TerminatedAt) {
 		t.Fatalf("second close = %+v, %v; want a no-op", again, err)
 	}
 	// A create that finishes after a cancel closed the entry must learn it.
@@ -65,7 +65,7 @@ func TestLedgerLifecycle(t *testing.T) {
 	if err != nil || e.State != store.LedgerCreating || e.ProviderID != "" || !e.ExpiresAt.IsZero() || !e.TerminatedAt.IsZero() {
 		t.Fatalf("begin after close = %+v, %v", e, err)
 	}
-	if _, err := s.LedgerClose(ctx, "nope", "x"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.LedgerClose(ctx, "nope", "x", nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("close unknown: %v, want ErrNotFound", err)
 	}
 	if _, err := s.LedgerRunning(ctx, "nope", "x"); !errors.Is(err, store.ErrNotFound) {
@@ -96,7 +96,7 @@ func TestLedgerListLiveByDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.LedgerClose(ctx, "overdue-closed", "done"); err != nil {
+	if _, err := s.LedgerClose(ctx, "overdue-closed", "done", nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -152,7 +152,7 @@ func TestLedgerListLiveEveryShardPaged(t *testing.T) {
 			}
 			wantRunning = append(wantRunning, name)
 		case 2:
-			if _, err := s.LedgerClose(ctx, name, "done"); err != nil {
+			if _, err := s.LedgerClose(ctx, name, "done", nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -185,7 +185,7 @@ func TestMigrateLedgerIndex(t *testing.T) {
 	if _, err := s.LedgerRunning(ctx, "old-running", "p1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.LedgerClose(ctx, "old-closed", "done"); err != nil {
+	if _, err := s.LedgerClose(ctx, "old-closed", "done", nil); err != nil {
 		t.Fatal(err)
 	}
 	// What the previous release wrote: the same items without the key.
@@ -211,5 +211,58 @@ func TestMigrateLedgerIndex(t *testing.T) {
 	}
 	if n, err := s.MigrateLedgerIndex(ctx); err != nil || n != 0 {
 		t.Fatalf("second run migrated %d, %v", n, err)
+	}
+}
+
+// A ledger entry keeps what its sandbox's usage needs besides its times:
+// the job it counts for, the commands run in it while it lived (not after
+// it closed), and the bytes out measured at its close, absent when not
+// measured (never a 0 for unknown).
+func TestLedgerKeepsJobExecsAndBytesOut(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := testCtx(t)
+	deadline := time.Now().Add(time.Hour)
+	for _, name := range []string{"sbx-measured", "sbx-unmeasured"} {
+		if _, err := s.LedgerBegin(ctx, store.LedgerEntry{Name: name, Provider: "local", Owner: "tenant:acme", Tenant: "acme", Job: "acme#run-1", Deadline: deadline}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.LedgerRunning(ctx, name, "p-"+name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		if err := s.LedgerAddExec(ctx, "sbx-measured"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := int64(123456)
+	e, err := s.LedgerClose(ctx, "sbx-measured", "done", &sent)
+	if err != nil || e.BytesOut == nil || *e.BytesOut != sent || e.Execs != 3 || e.Job != "acme#run-1" {
+		t.Fatalf("closed = %+v, %v", e, err)
+	}
+	// An exec counted after the close (it raced the terminate) changes
+	// nothing, and neither does one of an unknown sandbox.
+	if err := s.LedgerAddExec(ctx, "sbx-measured"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LedgerAddExec(ctx, "sbx-nope"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.LedgerGet(ctx, "sbx-measured"); err != nil || got.Execs != 3 || *got.BytesOut != sent {
+		t.Fatalf("after a late exec: %+v, %v", got, err)
+	}
+	if _, err := s.LedgerGet(ctx, "sbx-nope"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an exec of an unknown sandbox made an entry: %v", err)
+	}
+	e, err = s.LedgerClose(ctx, "sbx-unmeasured", "done", nil)
+	if err != nil || e.BytesOut != nil || e.Execs != 0 {
+		t.Fatalf("closed unmeasured = %+v, %v", e, err)
+	}
+	if u := store.EntryUsage(e, time.Now()); len(u.BytesOut) != 0 || u.SandboxSeconds["local/0"] <= 0 {
+		t.Fatalf("usage of the unmeasured entry %+v", u)
+	}
+	e, _ = s.LedgerGet(ctx, "sbx-measured")
+	if u := store.EntryUsage(e, time.Now()); u.BytesOut["local"] != sent || u.Execs != 3 {
+		t.Fatalf("usage of the measured entry %+v", u)
 	}
 }

@@ -10,10 +10,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The sandbox time of sandboxes no job owns (sessions', direct sandboxes')
-// is kept in usage items of the sandboxes table, one per ledger entry,
-// written when the entry closes. A job's sandboxes are counted in the
-// job's own usage records instead (Cleanup), so they have none.
+// The usage of sandboxes no job accounts for (sessions', direct
+// sandboxes') is kept in usage items of the sandboxes table, one per
+// ledger entry, written when the entry closes: its time, its bytes out
+// where measured, its execs. A job's sandboxes (a research job's own, an
+// agent run's sandbox and its children: LedgerEntry.Job) are counted in
+// the job's own usage records instead (its cleanup), so they have none.
 //
 // An item's key starts with '#', which no sandbox name does, and it
 // carries none of the ledger's index attributes ("owner", "live_shard"),
@@ -38,6 +40,10 @@ type SandboxUsage struct {
 	// from when its create was confirmed to when it was terminated.
 	RunningAt    time.Time
 	TerminatedAt time.Time
+	// BytesOut is the ledger entry's (nil: not measured).
+	BytesOut *int64
+	// Execs counts the commands run in it.
+	Execs int64
 }
 
 // Seconds is the sandbox time the record counts.
@@ -50,7 +56,31 @@ func (u SandboxUsage) Seconds() float64 {
 
 // Usage is the record as a Usage.
 func (u SandboxUsage) Usage() Usage {
-	return Usage{SandboxSeconds: map[string]float64{SandboxSize(u.Provider, u.MemoryMB): u.Seconds()}}
+	out := Usage{SandboxSeconds: map[string]float64{SandboxSize(u.Provider, u.MemoryMB): u.Seconds()}, Execs: u.Execs}
+	if u.BytesOut != nil {
+		out.BytesOut = map[string]int64{u.Provider: *u.BytesOut}
+	}
+	return out
+}
+
+// EntryUsage is what a ledger entry counts: its time from running to
+// terminated (to now while live), its bytes out where measured, its
+// execs. An entry whose create was never confirmed counts its execs only.
+func EntryUsage(e LedgerEntry, now time.Time) Usage {
+	u := Usage{Execs: e.Execs}
+	if !e.RunningAt.IsZero() {
+		end := e.TerminatedAt
+		if end.IsZero() {
+			end = now
+		}
+		if secs := end.Sub(e.RunningAt).Seconds(); secs > 0 {
+			u.SandboxSeconds = map[string]float64{SandboxSize(e.Provider, e.MemoryMB): secs}
+		}
+	}
+	if e.BytesOut != nil {
+		u.BytesOut = map[string]int64{e.Provider: *e.BytesOut}
+	}
+	return u
 }
 
 // sandboxUsageKey is keyed by the ledger entry: its name and when it ran,
@@ -81,6 +111,12 @@ func (s *Store) PutSandboxUsage(ctx context.Context, u SandboxUsage) error {
 	item["memory_mb"] = avN(int64(u.MemoryMB))
 	item["terminated_at"] = avTime(u.TerminatedAt)
 	item["expires_at"] = s.expiry(u.TerminatedAt)
+	if u.BytesOut != nil {
+		item["bytes_out"] = avN(*u.BytesOut)
+	}
+	if u.Execs > 0 {
+		item["execs"] = avN(u.Execs)
+	}
 	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.sandboxes, Item: item}); err != nil {
 		return fmt.Errorf("record the usage of sandbox %s: %w", u.Name, err)
 	}
@@ -119,6 +155,7 @@ func (s *Store) TenantSandboxUsageBetween(ctx context.Context, tenant string, fr
 			Name: getS(it, "name"), OwnerKind: getS(it, "owner_kind"), Tenant: getS(it, "tenant"),
 			Provider: getS(it, "provider"), MemoryMB: int(getN(it, "memory_mb")),
 			RunningAt: getTime(it, "usage_at"), TerminatedAt: getTime(it, "terminated_at"),
+			BytesOut: getOptN(it, "bytes_out"), Execs: getN(it, "execs"),
 		})
 	}
 	return recs, truncated, nil

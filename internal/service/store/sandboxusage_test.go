@@ -73,3 +73,34 @@ func TestSandboxUsageRecords(t *testing.T) {
 		t.Fatalf("no tenant: %v", err)
 	}
 }
+
+// A usage record keeps the entry's bytes out and execs; one without
+// measured bytes reads back without them.
+func TestSandboxUsageKeepsBytesOutAndExecs(t *testing.T) {
+	st, _ := newStore(t)
+	ctx := testCtx(t)
+	t0 := time.UnixMilli(time.Now().UnixMilli()).Add(-time.Hour)
+	sent := int64(4096)
+	for _, u := range []store.SandboxUsage{
+		{Name: "sbx-a", OwnerKind: "tenant", Tenant: "acme", Provider: "local", RunningAt: t0, TerminatedAt: t0.Add(time.Second), BytesOut: &sent, Execs: 2},
+		{Name: "sbx-b", OwnerKind: "tenant", Tenant: "acme", Provider: "sandy", RunningAt: t0.Add(time.Second), TerminatedAt: t0.Add(2 * time.Second)},
+	} {
+		if err := st.PutSandboxUsage(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, _, err := st.TenantSandboxUsageBetween(ctx, "acme", t0, t0.Add(time.Minute), 0)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records %+v, %v", recs, err)
+	}
+	if recs[0].BytesOut == nil || *recs[0].BytesOut != sent || recs[0].Execs != 2 || recs[1].BytesOut != nil || recs[1].Execs != 0 {
+		t.Fatalf("records %+v %+v", recs[0], recs[1])
+	}
+	var total store.Usage
+	for _, r := range recs {
+		total.Add(r.Usage())
+	}
+	if n, ok := total.TotalBytesOut(); !ok || n != sent || len(total.BytesOut) != 1 || total.Execs != 2 {
+		t.Fatalf("total %+v", total)
+	}
+}

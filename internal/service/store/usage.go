@@ -30,12 +30,23 @@ type Usage struct {
 	SearchCalls map[string]int64 `json:"search_calls,omitempty"`
 	// PagesCrawled counts the pages the crawler fetched.
 	PagesCrawled int64 `json:"pages_crawled,omitempty"`
+	// BytesOut is what sandboxes sent to the network, by provider, as the
+	// provider measured it; a provider that does not count traffic has
+	// no entry (not a zero).
+	BytesOut map[string]int64 `json:"bytes_out,omitempty"`
+	// AgentRuns counts agent runs.
+	AgentRuns int64 `json:"agent_runs,omitempty"`
 }
 
 // TokenCount is one model's tokens.
 type TokenCount struct {
-	Input  int64 `json:"input"`
-	Output int64 `json:"output"`
+	// Input counts the input tokens read afresh; CacheRead and CacheWrite
+	// the input tokens read from and written to the model's prompt cache,
+	// where its API reports them apart (Anthropic's), priced apart.
+	Input      int64 `json:"input"`
+	Output     int64 `json:"output"`
+	CacheRead  int64 `json:"cache_read,omitempty"`
+	CacheWrite int64 `json:"cache_write,omitempty"`
 	// Estimated: some of the count was estimated from the text (a server
 	// that reports no usage), not reported by the model's API.
 	Estimated bool `json:"estimated,omitempty"`
@@ -69,6 +80,8 @@ func (u *Usage) Add(o Usage) {
 		t := u.Tokens[k]
 		t.Input += v.Input
 		t.Output += v.Output
+		t.CacheRead += v.CacheRead
+		t.CacheWrite += v.CacheWrite
 		t.Estimated = t.Estimated || v.Estimated
 		u.Tokens[k] = t
 	}
@@ -79,15 +92,31 @@ func (u *Usage) Add(o Usage) {
 		u.SearchCalls[k] += v
 	}
 	u.PagesCrawled += o.PagesCrawled
+	for k, v := range o.BytesOut {
+		if u.BytesOut == nil {
+			u.BytesOut = map[string]int64{}
+		}
+		u.BytesOut[k] += v
+	}
+	u.AgentRuns += o.AgentRuns
 }
 
-// TotalTokens is every model's input and output tokens.
+// TotalTokens is every model's input (cached too) and output tokens.
 func (u Usage) TotalTokens() int64 {
 	var n int64
 	for _, t := range u.Tokens {
-		n += t.Input + t.Output
+		n += t.Input + t.Output + t.CacheRead + t.CacheWrite
 	}
 	return n
+}
+
+// TotalBytesOut is every provider's bytes out; ok is false when no
+// sandbox's traffic was measured.
+func (u Usage) TotalBytesOut() (n int64, ok bool) {
+	for _, v := range u.BytesOut {
+		n += v
+	}
+	return n, len(u.BytesOut) > 0
 }
 
 // TotalSandboxSeconds is every size's sandbox seconds.
@@ -101,7 +130,8 @@ func (u Usage) TotalSandboxSeconds() float64 {
 
 // IsZero reports whether nothing was used.
 func (u Usage) IsZero() bool {
-	return len(u.SandboxSeconds) == 0 && u.Execs == 0 && len(u.Tokens) == 0 && len(u.SearchCalls) == 0 && u.PagesCrawled == 0
+	return len(u.SandboxSeconds) == 0 && u.Execs == 0 && len(u.Tokens) == 0 && len(u.SearchCalls) == 0 && u.PagesCrawled == 0 &&
+		len(u.BytesOut) == 0 && u.AgentRuns == 0
 }
 
 const skUsagePrefix = "USAGE#"

@@ -22,6 +22,11 @@ type View struct {
 	Tokens         []Tokens         `json:"tokens"`
 	SearchCalls    []SearchCalls    `json:"search_calls"`
 	PagesCrawled   int64            `json:"pages_crawled"`
+	// BytesOut is what the sandboxes sent to the network, where their
+	// provider measures it; absent when none was measured (never a 0
+	// standing for "unknown").
+	BytesOut  *int64 `json:"bytes_out,omitempty"`
+	AgentRuns int64  `json:"agent_runs"`
 }
 
 type SandboxSeconds struct {
@@ -31,10 +36,12 @@ type SandboxSeconds struct {
 }
 
 type Tokens struct {
-	Model     string `json:"model"`
-	Input     int64  `json:"input"`
-	Output    int64  `json:"output"`
-	Estimated bool   `json:"estimated"`
+	Model      string `json:"model"`
+	Input      int64  `json:"input"`
+	Output     int64  `json:"output"`
+	CacheRead  int64  `json:"cache_read,omitempty"`
+	CacheWrite int64  `json:"cache_write,omitempty"`
+	Estimated  bool   `json:"estimated"`
 }
 
 type SearchCalls struct {
@@ -44,14 +51,17 @@ type SearchCalls struct {
 
 // ViewOf is u as the API shows it.
 func ViewOf(u store.Usage) View {
-	v := View{SandboxSeconds: []SandboxSeconds{}, Execs: u.Execs, Tokens: []Tokens{}, SearchCalls: []SearchCalls{}, PagesCrawled: u.PagesCrawled}
+	v := View{SandboxSeconds: []SandboxSeconds{}, Execs: u.Execs, Tokens: []Tokens{}, SearchCalls: []SearchCalls{}, PagesCrawled: u.PagesCrawled, AgentRuns: u.AgentRuns}
+	if n, ok := u.TotalBytesOut(); ok {
+		v.BytesOut = &n
+	}
 	for _, k := range sortedKeys(u.SandboxSeconds) {
 		p, mb := store.ParseSandboxSize(k)
 		v.SandboxSeconds = append(v.SandboxSeconds, SandboxSeconds{Provider: p, MemoryMB: mb, Seconds: round(u.SandboxSeconds[k], 3)})
 	}
 	for _, m := range sortedKeys(u.Tokens) {
 		t := u.Tokens[m]
-		v.Tokens = append(v.Tokens, Tokens{Model: m, Input: t.Input, Output: t.Output, Estimated: t.Estimated})
+		v.Tokens = append(v.Tokens, Tokens{Model: m, Input: t.Input, Output: t.Output, CacheRead: t.CacheRead, CacheWrite: t.CacheWrite, Estimated: t.Estimated})
 	}
 	for _, b := range sortedKeys(u.SearchCalls) {
 		v.SearchCalls = append(v.SearchCalls, SearchCalls{Backend: b, Calls: u.SearchCalls[b]})
@@ -78,10 +88,15 @@ type Cost struct {
 	Sandbox  float64 `json:"sandbox"`
 	Tokens   float64 `json:"tokens"`
 	Search   float64 `json:"search"`
+	Egress   float64 `json:"egress"`
 	// Unpriced names what was used but has no price ("sandbox:local/512",
-	// "model:m", "search:wikipedia"): Total leaves it out.
+	// "model:m", "model:m:cache", "search:wikipedia", "egress:local"):
+	// Total leaves it out.
 	Unpriced []string `json:"unpriced"`
 }
+
+// gigabyte is the unit of [pricing.egress].
+const gigabyte = 1e9
 
 // Price is u's cost at p.
 func Price(p config.PricingConfig, u store.Usage) Cost {
@@ -106,6 +121,18 @@ func Price(p config.PricingConfig, u store.Usage) Cost {
 			continue
 		}
 		c.Tokens += (float64(t.Input)*price.Input + float64(t.Output)*price.Output) / 1e6
+		if t.CacheRead > 0 || t.CacheWrite > 0 {
+			if (t.CacheRead > 0 && price.CacheRead == nil) || (t.CacheWrite > 0 && price.CacheWrite == nil) {
+				c.Unpriced = append(c.Unpriced, "model:"+m+":cache")
+				continue
+			}
+			if t.CacheRead > 0 {
+				c.Tokens += float64(t.CacheRead) * *price.CacheRead / 1e6
+			}
+			if t.CacheWrite > 0 {
+				c.Tokens += float64(t.CacheWrite) * *price.CacheWrite / 1e6
+			}
+		}
 	}
 	for b, n := range u.SearchCalls {
 		price, ok := p.Search[b]
@@ -115,9 +142,19 @@ func Price(p config.PricingConfig, u store.Usage) Cost {
 		}
 		c.Search += float64(n) * price
 	}
+	for prov, n := range u.BytesOut {
+		price, ok := p.Egress[prov]
+		switch {
+		case n == 0:
+		case !ok:
+			c.Unpriced = append(c.Unpriced, "egress:"+prov)
+		default:
+			c.Egress += float64(n) / gigabyte * price
+		}
+	}
 	slices.Sort(c.Unpriced)
-	c.Sandbox, c.Tokens, c.Search = round(c.Sandbox, 6), round(c.Tokens, 6), round(c.Search, 6)
-	c.Total = round(c.Sandbox+c.Tokens+c.Search, 6)
+	c.Sandbox, c.Tokens, c.Search, c.Egress = round(c.Sandbox, 6), round(c.Tokens, 6), round(c.Search, 6), round(c.Egress, 6)
+	c.Total = round(c.Sandbox+c.Tokens+c.Search+c.Egress, 6)
 	return c
 }
 
@@ -147,6 +184,9 @@ func Line(u store.Usage, c Cost) string {
 	if u.PagesCrawled > 0 {
 		parts = append(parts, fmt.Sprintf("%d pages crawled", u.PagesCrawled))
 	}
+	if n, ok := u.TotalBytesOut(); ok && n > 0 {
+		parts = append(parts, Bytes(n)+" sent")
+	}
 	used := "nothing metered"
 	if len(parts) > 0 {
 		used = strings.Join(parts, ", ")
@@ -156,6 +196,20 @@ func Line(u store.Usage, c Cost) string {
 		cost += " (without " + strings.Join(c.Unpriced, ", ") + ", which have no price)"
 	}
 	return "Used " + used + "; cost " + cost + "."
+}
+
+// Bytes writes n bytes for people: "812 B", "4.2 kB", "1.3 MB", "2.0 GB"
+// (decimal units, as [pricing.egress] prices them).
+func Bytes(n int64) string {
+	switch {
+	case n < 1000:
+		return fmt.Sprintf("%d B", n)
+	case n < 1e6:
+		return fmt.Sprintf("%.1f kB", float64(n)/1e3)
+	case n < 1e9:
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
 }
 
 func round(v float64, places int) float64 {

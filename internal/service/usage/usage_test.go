@@ -31,3 +31,38 @@ func TestPriceNamesWhatHasNoPrice(t *testing.T) {
 		t.Fatalf("view %+v", v)
 	}
 }
+
+// Bytes out are priced per gigabyte by provider, cache tokens at their own
+// prices (unpriced, not priced as input, without them); a usage with no
+// measured bytes shows none, one measured at zero shows 0.
+func TestPriceEgressAndCacheTokens(t *testing.T) {
+	read, write := 0.3, 3.75
+	p := config.PricingConfig{Currency: "USD",
+		Models: map[string]config.ModelPrice{"claude": {Input: 3, Output: 15, CacheRead: &read, CacheWrite: &write}, "plain": {Input: 1, Output: 1}},
+		Egress: map[string]float64{"local": 0.09}}
+	u := store.Usage{
+		Tokens: map[string]store.TokenCount{
+			"claude": {Input: 1000, Output: 2000, CacheRead: 1_000_000, CacheWrite: 100_000},
+			"plain":  {Input: 1_000_000, CacheRead: 10},
+		},
+		BytesOut: map[string]int64{"local": 2_000_000_000, "sandy": 5},
+	}
+	c := usage.Price(p, u)
+	// claude: 1000*3/1e6 + 2000*15/1e6 + 1e6*0.3/1e6 + 1e5*3.75/1e6 = 0.003+0.03+0.3+0.375;
+	// plain: its input, its cache tokens unpriced.
+	if c.Tokens != 1.708 || c.Egress != 0.18 || c.Total != 1.888 {
+		t.Fatalf("cost %+v", c)
+	}
+	if want := []string{"egress:sandy", "model:plain:cache"}; !slices.Equal(c.Unpriced, want) {
+		t.Fatalf("unpriced %v, want %v", c.Unpriced, want)
+	}
+	if v := usage.ViewOf(u); v.BytesOut == nil || *v.BytesOut != 2_000_000_005 || v.Tokens[0].CacheRead != 1_000_000 {
+		t.Fatalf("view %+v", v)
+	}
+	if v := usage.ViewOf(store.Usage{Execs: 1}); v.BytesOut != nil {
+		t.Fatalf("nothing measured shows bytes_out %d", *v.BytesOut)
+	}
+	if v := usage.ViewOf(store.Usage{BytesOut: map[string]int64{"local": 0}}); v.BytesOut == nil || *v.BytesOut != 0 {
+		t.Fatalf("measured zero: %v", v.BytesOut)
+	}
+}

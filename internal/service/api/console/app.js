@@ -213,6 +213,18 @@ function jobPage(id) {
   refresh().then(() => follow());
 }
 
+// usageText says in a line what a run used and cost; bytes out only where
+// measured.
+function usageText(u, cost) {
+  if (!u) return '—';
+  const secs = (u.sandbox_seconds || []).reduce((n, s) => n + s.seconds, 0);
+  const tokens = (u.tokens || []).reduce((n, t) => n + t.input + t.output + (t.cache_read || 0) + (t.cache_write || 0), 0);
+  const parts = [`${secs.toFixed(0)} sandbox s`, `${u.execs} execs`, `${tokens} tokens`];
+  if (u.bytes_out !== undefined) parts.push(`${u.bytes_out} bytes out`);
+  if (cost) parts.push(`${cost.total.toFixed(4)} ${cost.currency}`);
+  return parts.join(', ');
+}
+
 // ---- an agent run: its events live, the answer, the artifacts ----
 function agentRunPage(id) {
   const base = 'v1/agent-runs/' + encodeURIComponent(id);
@@ -236,7 +248,10 @@ function agentRunPage(id) {
     status.replaceChildren('Status: ', badge(run.status), run.cancel_requested && run.status !== 'cancelled' ? ' (cancel requested)' : '',
       run.error ? h('span', { class: 'error', text: ' ' + run.error }) : '');
     info.replaceChildren(...[['Agent', run.agent], ['Sandbox', run.sandbox_id || '—'], ['Time limit', run.timeout_seconds + ' s'],
-      ['Started', fmtTime(run.created_at)], ['Finished', fmtTime(run.finished_at)]].flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })]));
+      ['Budget', run.budget ? run.budget.max_sandbox_seconds + ' sandbox s' : '—'],
+      ['Started', fmtTime(run.created_at)], ['Finished', fmtTime(run.finished_at)], ['Usage', usageText(run.usage, run.cost)]]
+      .flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })]));
+    notes.replaceChildren(...((run.fallbacks || []).length ? [h('p', { class: 'warn' }, 'Fallbacks: ', run.fallbacks.join(', '))] : []));
     cancel.hidden = TERMINAL.includes(run.status) || run.cancel_requested;
     if (TERMINAL.includes(run.status) && !resultShown) { resultShown = true; loadResult(); }
   }
