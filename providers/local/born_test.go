@@ -27,14 +27,13 @@ func TestReclaimThreads(t *testing.T) {
 	t.Cleanup(func() { _ = cg.remove() })
 	tids := make(chan int)
 	release := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	goLockedOffMain(func() { // never unlocked: the thread ends with the goroutine
 		if err := writeCgroupFile(filepath.Join(cg.Pids, "tasks"), "0"); err != nil {
 			t.Error(err)
 		}
 		tids <- unix.Gettid()
 		<-release
-	}()
+	})
 	tid := <-tids
 	defer close(release)
 	tasks := func(dir string) []string {
@@ -81,14 +80,13 @@ func TestExecGroupReclaim(t *testing.T) {
 	}
 	tids := make(chan int)
 	release := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	goLockedOffMain(func() { // never unlocked: the thread ends with the goroutine
 		if err := g.join(); err != nil {
 			t.Error(err)
 		}
 		tids <- unix.Gettid()
 		<-release
-	}()
+	})
 	tid := <-tids
 	defer close(release)
 	inGroup := func() []string {
@@ -113,4 +111,47 @@ func TestExecGroupReclaim(t *testing.T) {
 		t.Errorf("thread %d is not back in the sandbox's group", tid)
 	}
 	g.release()
+}
+
+// goLockedOffMain never runs f on the main thread, even when it is called
+// from the main thread, which is then free again: a thread that joins a
+// sandbox's groups must not be the one /proc/self/cgroup reports.
+func TestLockedOffMain(t *testing.T) {
+	pid := unix.Getpid()
+	// Find the main thread: goroutines land on it now and then.
+	onMain := make(chan bool)
+	for range 10000 {
+		go func() {
+			runtime.LockOSThread()
+			if unix.Gettid() != pid {
+				runtime.UnlockOSThread()
+				onMain <- false
+				return
+			}
+			defer runtime.UnlockOSThread()
+			tids := make(chan int)
+			goLockedOffMain(func() {
+				defer runtime.UnlockOSThread()
+				tids <- unix.Gettid()
+			})
+			if tid := <-tids; tid == pid {
+				t.Errorf("f ran on the main thread %d", tid)
+			}
+			onMain <- true
+		}()
+		if <-onMain {
+			break
+		}
+	}
+	// And from anywhere, never on it.
+	for range 50 {
+		tids := make(chan int)
+		goLockedOffMain(func() {
+			defer runtime.UnlockOSThread()
+			tids <- unix.Gettid()
+		})
+		if tid := <-tids; tid == pid {
+			t.Fatalf("f ran on the main thread")
+		}
+	}
 }

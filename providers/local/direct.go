@@ -284,14 +284,13 @@ func (r *reaper) start(g *execGroup, lim rlimits, path string, argv []string, at
 	// On a thread of its own: the thread that forks is the tracer, and it
 	// may join the exec group; should it fail to leave, its goroutine
 	// ends still locked, which ends the thread too.
-	go func() {
-		runtime.LockOSThread()
+	goLockedOffMain(func() {
 		ch, stuck, err := r.startLocked(g, lim, path, argv, attr)
 		if !stuck {
 			runtime.UnlockOSThread()
 		}
 		done <- started{ch, err}
-	}()
+	})
 	s := <-done
 	return s.ch, s.err
 }

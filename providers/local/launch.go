@@ -46,10 +46,9 @@ func newStageNS() (*stageNS, error) {
 	}
 	ns := &stageNS{reqs: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error, 1)
-	go func() {
-		// Never unlocked: when this goroutine returns, the runtime retires
-		// the thread, and its namespace goes with it.
-		runtime.LockOSThread()
+	// Never unlocked: when f returns, the runtime retires the thread, and
+	// its namespace goes with it.
+	goLockedOffMain(func() {
 		err := unix.Unshare(unix.CLONE_NEWNS)
 		if err == nil {
 			// Nothing mounted here may propagate to the host.
@@ -70,7 +69,7 @@ func newStageNS() (*stageNS, error) {
 				return
 			}
 		}
-	}()
+	})
 	if err := <-ready; err != nil {
 		return nil, fmt.Errorf("a private mount namespace for staging sandbox directories (needs CAP_SYS_ADMIN): %w", err)
 	}
@@ -154,8 +153,7 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 		}
 		// The thread that joins must be the one that forks.
 		errc := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread()
+		goLockedOffMain(func() {
 			err := born.bornInto(cmd.Start)
 			if err == nil || !errors.Is(err, errStillInside) {
 				runtime.UnlockOSThread()
@@ -163,7 +161,7 @@ func (st *stager) start(cmd *exec.Cmd, uid int, born *sandboxCgroup) error {
 			// else the thread is retired with its goroutine, rather than
 			// left to run other goroutines inside a sandbox's groups.
 			errc <- err
-		}()
+		})
 		return <-errc
 	}
 	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
