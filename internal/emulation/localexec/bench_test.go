@@ -32,6 +32,7 @@ func BenchmarkDeepResearchOverhead(b *testing.B) {
 	type in struct {
 		JobID  string `json:"job_id"`
 		Offset int    `json:"offset"`
+		Slice  int    `json:"slice"`
 	}
 	ok := func(context.Context, in) (map[string]any, error) {
 		return map[string]any{"ok": true, "summarize": true}, nil
@@ -42,7 +43,7 @@ func BenchmarkDeepResearchOverhead(b *testing.B) {
 			return map[string]any{"ok": true, "sandbox_id": "sb"}, nil
 		},
 		"CrawlFunction": func(_ context.Context, i in) (map[string]any, error) {
-			return map[string]any{"done": i.Offset >= 2, "offset": i.Offset + 1, "sources": 3}, nil
+			return map[string]any{"done": i.Offset >= 2, "offset": i.Offset + 1, "slice": i.Slice + 1, "sources": 3}, nil
 		},
 		"SummarizeFunction": ok,
 		"ReportFunction":    ok,

@@ -328,7 +328,8 @@ func BenchmarkOpenAPICheck(b *testing.B) {
 	}
 	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"crawl","label":"s","status":"complete","current":3,"total":3},`, 8), ",") + `]`
 	body := []byte(`{"job_id":"j","status":"succeeded","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
-		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":["http_mode"],"cancel_requested":false}`)
+		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":["http_mode"],"cancel_requested":false,` +
+		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null}`)
 	header := http.Header{"Content-Type": {"application/json; charset=utf-8"}}
 	req := httptest.NewRequest(http.MethodGet, "/v1/jobs/j", nil)
 	b.Run("decode", func(b *testing.B) {
