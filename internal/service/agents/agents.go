@@ -68,13 +68,6 @@ const (
 	MaxFilesBytes = 300 << 10
 )
 
-// Artifacts collected from ArtifactsDir: at most MaxArtifacts files of at
-// most store.MaxArtifactBytes each; the others are listed as skipped.
-const (
-	ArtifactsDir = "/workspace/artifacts"
-	MaxArtifacts = 64
-)
-
 // Options configure Runs. Store and Direct are required.
 type Options struct {
 	Store  *store.Store

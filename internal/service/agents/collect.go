@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -126,47 +126,27 @@ func (c *call) gather(ctx context.Context, sandbox, eid string, complete bool) (
 	return res, nil
 }
 
-// artifacts lists ArtifactsDir in the sandbox and stores every regular
-// file within the limits.
+// artifacts lists artifacts.Dir in the sandbox and stores every regular
+// file within the limits; the others are listed as skipped.
 func (c *call) artifacts(ctx context.Context, sandbox string, res *Result) error {
-	list, err := c.r.o.Direct.RunToEnd(ctx, c.caller, sandbox, direct.ExecRequest{
-		Command: "[ -d " + ArtifactsDir + " ] && cd " + ArtifactsDir + " && find . -type f -printf '%s %P\\0' | head -c 1048576; true",
-	})
+	list, err := c.r.o.Direct.RunToEnd(ctx, c.caller, sandbox, direct.ExecRequest{Command: artifacts.ListCommand})
 	if err != nil {
 		return fmt.Errorf("list the artifacts: %w", err)
 	}
-	recs := bytes.Split(list.Stdout, []byte{0})
-	// By path, so that which are kept past MaxArtifacts and the order of
-	// the events do not depend on the file system.
-	sort.Slice(recs, func(i, j int) bool {
-		_, a, _ := bytes.Cut(recs[i], []byte(" "))
-		_, b, _ := bytes.Cut(recs[j], []byte(" "))
-		return bytes.Compare(a, b) < 0
-	})
-	for _, rec := range recs {
-		size, name, ok := strings.Cut(string(rec), " ")
-		n, err := strconv.ParseInt(size, 10, 64)
-		if !ok || err != nil || name == "" {
-			continue
-		}
-		a := ArtifactInfo{Path: name, Size: n, ContentType: direct.ContentType(name)}
-		switch {
-		case len(res.Artifacts) >= MaxArtifacts:
-			a.Reason = fmt.Sprintf("more than %d artifacts", MaxArtifacts)
-		case n > store.MaxArtifactBytes:
-			a.Reason = fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
-		}
-		if a.Reason != "" {
+	for _, f := range artifacts.Parse(list.Stdout) {
+		name := f.Path
+		a := ArtifactInfo{Path: name, Size: f.Size, ContentType: artifacts.ContentType(name)}
+		if a.Reason = artifacts.SkipReason(len(res.Artifacts), f.Size); a.Reason != "" {
 			res.Skipped = append(res.Skipped, a)
 			continue
 		}
 		var b bytes.Buffer
-		if _, err := c.r.o.Direct.ReadFile(ctx, c.caller, sandbox, ArtifactsDir+"/"+name, &b); err != nil {
+		if _, err := c.r.o.Direct.ReadFile(ctx, c.caller, sandbox, artifacts.Dir+"/"+name, &b); err != nil {
 			return fmt.Errorf("read artifact %s: %w", name, err)
 		}
 		if b.Len() > store.MaxArtifactBytes {
 			// It grew since it was listed.
-			a.Size, a.Reason = int64(b.Len()), fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
+			a.Size, a.Reason = int64(b.Len()), artifacts.SkipReason(0, int64(b.Len()))
 			res.Skipped = append(res.Skipped, a)
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"strings"
 	"time"
 
@@ -106,7 +107,7 @@ func (c *call) provision(ctx context.Context) (Output, error) {
 	if err := c.r.o.Direct.WriteFile(ctx, c.caller, id, promptFile, 0o600, strings.NewReader(c.req.Prompt)); err != nil {
 		return Output{}, fmt.Errorf("write the prompt: %w", err)
 	}
-	env := map[string]string{EnvPromptFile: promptFile, EnvArtifactsDir: ArtifactsDir}
+	env := map[string]string{EnvPromptFile: promptFile, EnvArtifactsDir: artifacts.Dir}
 	for k, v := range ag.Env {
 		env[k] = v
 	}
@@ -124,7 +125,7 @@ func (c *call) provision(ctx context.Context) (Output, error) {
 		}
 	}
 	res, err := c.r.o.Direct.Exec(ctx, c.caller, id, direct.ExecRequest{
-		Command: "mkdir -p " + ArtifactsDir + " && exec bash -c " + shellQuote(ag.Command),
+		Command: "mkdir -p " + artifacts.Dir + " && exec bash -c " + shellQuote(ag.Command),
 		Env:     env, Stdin: []byte(c.req.Prompt), Timeout: c.timeout(), Background: true, KeepAlive: true,
 	})
 	if err != nil {

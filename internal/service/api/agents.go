@@ -275,7 +275,7 @@ func (s *server) agentArtifact(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 // jobArtifact is a file a research job's cleanup kept from its sandbox's
-// artifacts folder (research.ArtifactsDir), or an agent run's.
+// artifacts folder (artifacts.Dir), or an agent run's.
 func (s *server) jobArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
 	return s.artifact(w, r, c, "job")
 }

@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"io"
-	"mime"
 	"path"
 	"slices"
 	"strings"
@@ -106,24 +106,6 @@ func (s *Service) ListFiles(ctx context.Context, caller Caller, id, p string) ([
 
 // Types the standard library's table lacks that agents' artifacts often
 // are; the table (and the system's mime.types) covers the rest.
-var extraTypes = map[string]string{
-	".md": "text/markdown; charset=utf-8", ".csv": "text/csv; charset=utf-8", ".txt": "text/plain; charset=utf-8",
-	".log": "text/plain; charset=utf-8", ".ipynb": "application/x-ipynb+json", ".zip": "application/zip",
-	".tar": "application/x-tar", ".gz": "application/gzip", ".yaml": "application/yaml", ".yml": "application/yaml",
-}
-
-// ContentType is the content type an artifact is served with.
-func ContentType(name string) string {
-	ext := strings.ToLower(path.Ext(name))
-	if t, ok := extraTypes[ext]; ok {
-		return t
-	}
-	if t := mime.TypeByExtension(ext); t != "" {
-		return t
-	}
-	return "application/octet-stream"
-}
-
 // ArtifactPath resolves rel (the path after /artifacts/) inside the
 // artifacts folder, refusing any that steps out of it.
 func (s *Service) ArtifactPath(rel string) (string, error) {
@@ -173,7 +155,7 @@ printf '%%s\n' "$f"; wc -c < "$f"`, shellQuote(s.o.Config.ArtifactsDir), shellQu
 	if len(lines) == 2 {
 		fmt.Sscan(strings.TrimSpace(lines[1]), &size)
 	}
-	w := start(ContentType(p), size)
+	w := start(artifacts.ContentType(p), size)
 	_, err = s.o.Provider.ReadFile(ctx, d.ProviderID, providers.ReadFileRequest{Path: lines[0]}, w)
 	return err
 }

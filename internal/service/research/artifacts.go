@@ -7,33 +7,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/service/direct"
+	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
-
-// ArtifactsDir is where whatever runs in a job's sandbox (the summarizing
-// agent's charts, say) puts the files the job keeps: Cleanup copies them
-// into the job's stored artifacts before it terminates the sandbox, on
-// every provider, through the provider's own exec and file calls.
-const ArtifactsDir = "/workspace/artifacts"
-
-// MaxArtifacts is how many files a job keeps; each is at most
-// store.MaxArtifactBytes. Files past either limit are named in the
-// cleanup's event and left behind.
-const MaxArtifacts = 64
 
 // artifactsTimeout bounds the copy, so that a sandbox that stopped
 // answering does not hold the cleanup.
 const artifactsTimeout = 2 * time.Minute
 
-// keepArtifacts copies ArtifactsDir of each of the job's live sandboxes
-// into the job's artifacts, with a file.written event each. A sandbox that
+// keepArtifacts copies artifacts.Dir of each of the job's live sandboxes
+// (the summarizing agent's charts, say) into the job's artifacts, with a
+// file.written event each, through the provider's own exec and file calls,
+// before Cleanup terminates them. Files past artifacts.MaxFiles or the
+// size limit are named in an event and left behind. A sandbox that
 // is gone has nothing to give; other failures are logged, not fatal: the
 // sandboxes are terminated whatever happens here.
 func (p *Phases) keepArtifacts(ctx context.Context, job store.Job, log *slog.Logger) {
@@ -57,7 +48,7 @@ func (p *Phases) keepArtifacts(ctx context.Context, job store.Job, log *slog.Log
 		if e.ProviderID == "" {
 			continue
 		}
-		n, err := r.copyArtifacts(e.ProviderID, MaxArtifacts-kept)
+		n, err := r.copyArtifacts(e.ProviderID, kept)
 		kept += n
 		switch {
 		case providers.IsNotFound(err):
@@ -71,45 +62,25 @@ func (p *Phases) keepArtifacts(ctx context.Context, job store.Job, log *slog.Log
 	}
 }
 
-// copyArtifacts copies up to room files of one sandbox's ArtifactsDir.
-func (r *run) copyArtifacts(id string, room int) (int, error) {
+// copyArtifacts copies the files of one sandbox's artifacts.Dir that fit
+// after the kept ones, and says how many it kept.
+func (r *run) copyArtifacts(id string, before int) (int, error) {
 	var list, stderr bytes.Buffer
-	res, err := r.exec(id, providers.ExecRequest{
-		Shell:  "[ -d " + ArtifactsDir + " ] || exit 0; cd " + ArtifactsDir + " && find . -type f -printf '%s %P\\0' | head -c 1048576",
-		Stdout: &list, Stderr: &stderr, Timeout: time.Minute,
-	})
+	res, err := r.exec(id, providers.ExecRequest{Shell: artifacts.ListCommand, Stdout: &list, Stderr: &stderr, Timeout: time.Minute})
 	if err != nil {
 		return 0, err
 	}
 	if res.ExitCode != 0 {
-		return 0, fmt.Errorf("listing %s exited %d: %s", ArtifactsDir, res.ExitCode, firstLine(stderr.String()))
+		return 0, fmt.Errorf("listing %s exited %d: %s", artifacts.Dir, res.ExitCode, firstLine(stderr.String()))
 	}
-	recs := bytes.Split(list.Bytes(), []byte{0})
-	// By path, so that which are kept past the limit does not depend on
-	// the file system's order.
-	sort.Slice(recs, func(i, j int) bool {
-		_, a, _ := bytes.Cut(recs[i], []byte(" "))
-		_, b, _ := bytes.Cut(recs[j], []byte(" "))
-		return bytes.Compare(a, b) < 0
-	})
 	kept := 0
 	var errs []error
-	for _, rec := range recs {
-		size, name, ok := strings.Cut(string(rec), " ")
-		n, perr := strconv.ParseInt(size, 10, 64)
-		if !ok || perr != nil || name == "" {
-			continue
-		}
-		var skip string
-		switch {
-		case kept >= room:
-			skip = fmt.Sprintf("more than %d artifacts", MaxArtifacts)
-		case n > store.MaxArtifactBytes:
-			skip = fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
-		}
+	for _, f := range artifacts.Parse(list.Bytes()) {
+		name, n := f.Path, f.Size
+		skip := artifacts.SkipReason(before+kept, n)
 		var data bytes.Buffer
 		if skip == "" {
-			_, err := r.p.Provider.ReadFile(r.ctx, id, providers.ReadFileRequest{Path: ArtifactsDir + "/" + name, Limit: store.MaxArtifactBytes + 1}, &data)
+			_, err := r.p.Provider.ReadFile(r.ctx, id, providers.ReadFileRequest{Path: artifacts.Dir + "/" + name, Limit: store.MaxArtifactBytes + 1}, &data)
 			if providers.IsNotFound(err) {
 				// Removed since it was listed, or the sandbox went.
 				if sb, gerr := r.p.Provider.Get(r.ctx, id); providers.IsNotFound(gerr) || gerr == nil && sb.State == providers.StateTerminated {
@@ -122,7 +93,7 @@ func (r *run) copyArtifacts(id string, room int) (int, error) {
 				continue
 			}
 			if data.Len() > store.MaxArtifactBytes {
-				skip = fmt.Sprintf("larger than %d bytes", store.MaxArtifactBytes)
+				skip = artifacts.SkipReason(0, int64(data.Len()))
 			}
 		}
 		if skip != "" {
@@ -131,7 +102,7 @@ func (r *run) copyArtifacts(id string, room int) (int, error) {
 			}
 			continue
 		}
-		a := store.Artifact{Path: name, ContentType: direct.ContentType(name), Data: data.Bytes()}
+		a := store.Artifact{Path: name, ContentType: artifacts.ContentType(name), Data: data.Bytes()}
 		if err := r.p.Store.PutArtifact(r.ctx, r.job.ID, a); err != nil {
 			return kept, err
 		}
