@@ -17,7 +17,9 @@ import (
 	"github.com/sandstep/sandstep/internal/testkit/testbin"
 )
 
-// denoTokenEnv holds the token of the fake Deno the deno stacks use.
+// denoTokenEnv holds the token of the fake Deno the deno stacks use; it
+// is set for the whole test process (TestMain), as parallel tests cannot
+// set variables of their own.
 const (
 	denoTokenEnv = "SANDSTEP_TEST_DENO_TOKEN"
 	denoToken    = "ddo_sessions_test_61f0c2a9"
@@ -30,7 +32,6 @@ const (
 func startDeno(t testing.TB, hosts map[string]string, maxSandboxes int) *fakedeno.Running {
 	t.Helper()
 	need(t, "bwrap", "the fake Deno runs commands with bubblewrap (Debian package bubblewrap)")
-	t.Setenv(denoTokenEnv, denoToken)
 	if maxSandboxes == 0 {
 		maxSandboxes = 16
 	}
@@ -92,6 +93,9 @@ func TestOnDeno(t *testing.T) {
 		"ChangedDependenciesLeaveOneSnapshot": changedDependenciesLeaveOneSnapshot,
 	} {
 		t.Run(name, func(t *testing.T) {
+			// Each has its own fake Deno and stack; together they are a
+			// third of the package's time, which parallel runs halve.
+			t.Parallel()
 			// Session sandboxes outlive the stack on Deno, as they outlive
 			// a Lambda invocation: the fake's Close stops them.
 			body(t, envConfig{deno: startDeno(t, nil, 0)})

@@ -50,6 +50,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	toolsDir = filepath.Join(dir, "tools")
+	os.Setenv(denoTokenEnv, denoToken)
 	if pluginDir, err = testbin.Build(filepath.Join(dir, "plugins"), testbin.LocalPlugin, testbin.DenoPlugin); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
