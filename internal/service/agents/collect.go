@@ -129,11 +129,14 @@ func (c *call) gather(ctx context.Context, sandbox, eid string, complete bool) (
 // artifacts lists artifacts.Dir in the sandbox and stores every regular
 // file within the limits; the others are listed as skipped.
 func (c *call) artifacts(ctx context.Context, sandbox string, res *Result) error {
-	list, err := c.r.o.Direct.RunToEnd(ctx, c.caller, sandbox, direct.ExecRequest{Command: artifacts.ListCommand})
+	list, err := c.r.o.Direct.RunToEnd(ctx, c.caller, sandbox, direct.ExecRequest{Command: artifacts.ListCommand(artifacts.Dir)})
 	if err != nil {
 		return fmt.Errorf("list the artifacts: %w", err)
 	}
-	for _, f := range artifacts.Parse(list.Stdout) {
+	// A listing cut at its limit holds thousands of files, far past the
+	// MaxFiles kept: those it leaves out would be skipped anyway.
+	files, _ := artifacts.Parse(list.Stdout)
+	for _, f := range files {
 		name := f.Path
 		a := ArtifactInfo{Path: name, Size: f.Size, ContentType: artifacts.ContentType(name)}
 		if a.Reason = artifacts.SkipReason(len(res.Artifacts), f.Size); a.Reason != "" {

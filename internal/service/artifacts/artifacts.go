@@ -26,12 +26,19 @@ const (
 	MaxFiles = 64
 )
 
-// ListCommand is the shell command that lists the regular files under Dir
-// as "<size> <path>\0" records, at most 1 MiB of them; it succeeds, listing
-// nothing, where there is no Dir.
-const ListCommand = "[ -d " + Dir + " ] || exit 0; cd " + Dir + " && find . -type f -printf '%s %P\\0' | head -c 1048576"
+// ListLimit bounds a listing: ListCommand prints at most ListLimit+1
+// bytes, so that Parse can tell a listing cut short.
+const ListLimit = 1 << 20
 
-// File is one file ListCommand listed, by its path under Dir.
+// ListCommand is the shell command that lists the regular files under dir
+// (symlinks are not followed) as "<size> <path>\0" records, paths relative
+// to dir. It succeeds, listing nothing, where there is no dir.
+func ListCommand(dir string) string {
+	q := "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
+	return "[ -d " + q + " ] || exit 0; cd " + q + " && find . -type f -printf '%s %P\\0' | head -c " + strconv.Itoa(ListLimit+1)
+}
+
+// File is one file ListCommand listed, by its path under its folder.
 type File struct {
 	Path string
 	Size int64
@@ -39,9 +46,19 @@ type File struct {
 
 // Parse reads ListCommand's output, by path, so that which files are kept
 // past MaxFiles, and the order of their events, does not depend on the
-// file system's order. Malformed records are left out.
-func Parse(listing []byte) []File {
-	var files []File
+// file system's order. truncated says the listing was cut at ListLimit:
+// the record it was cut in is left out, as are malformed ones.
+func Parse(listing []byte) (files []File, truncated bool) {
+	if len(listing) > ListLimit {
+		listing, truncated = listing[:ListLimit], true
+	}
+	// Every whole record ends with a NUL: what follows the last one is a
+	// record cut short ("12 charts/pl" of "12 charts/plot.png").
+	if i := bytes.LastIndexByte(listing, 0); i >= 0 {
+		listing = listing[:i]
+	} else {
+		listing = nil
+	}
 	for _, rec := range bytes.Split(listing, []byte{0}) {
 		size, name, ok := strings.Cut(string(rec), " ")
 		n, err := strconv.ParseInt(size, 10, 64)
@@ -51,7 +68,7 @@ func Parse(listing []byte) []File {
 		files = append(files, File{Path: name, Size: n})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
-	return files
+	return files, truncated
 }
 
 // SkipReason says why a file of size bytes is not kept when kept files

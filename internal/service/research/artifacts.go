@@ -66,7 +66,7 @@ func (p *Phases) keepArtifacts(ctx context.Context, job store.Job, log *slog.Log
 // after the kept ones, and says how many it kept.
 func (r *run) copyArtifacts(id string, before int) (int, error) {
 	var list, stderr bytes.Buffer
-	res, err := r.exec(id, providers.ExecRequest{Shell: artifacts.ListCommand, Stdout: &list, Stderr: &stderr, Timeout: time.Minute})
+	res, err := r.exec(id, providers.ExecRequest{Shell: artifacts.ListCommand(artifacts.Dir), Stdout: &list, Stderr: &stderr, Timeout: time.Minute})
 	if err != nil {
 		return 0, err
 	}
@@ -75,7 +75,10 @@ func (r *run) copyArtifacts(id string, before int) (int, error) {
 	}
 	kept := 0
 	var errs []error
-	for _, f := range artifacts.Parse(list.Bytes()) {
+	// A listing cut at its limit holds thousands of files, far past the
+	// MaxFiles kept: those it leaves out would be left behind anyway.
+	files, _ := artifacts.Parse(list.Bytes())
+	for _, f := range files {
 		name, n := f.Path, f.Size
 		skip := artifacts.SkipReason(before+kept, n)
 		var data bytes.Buffer
