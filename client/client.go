@@ -83,6 +83,9 @@ type Sandbox struct {
 	TTLRemaining int64             `json:"ttl_remaining"`
 	Children     []string          `json:"children"`
 	Reason       string            `json:"reason"`
+	// Links are API paths: self, exec, files, events, and artifacts (with
+	// the sandbox's URL token, to open in a browser).
+	Links map[string]string `json:"links"`
 }
 
 // CreateRequest is a sandbox to create; zero fields take the server's
@@ -403,4 +406,25 @@ func (c *Client) ListFiles(ctx context.Context, id, path string) ([]FileInfo, er
 	}
 	err := c.json(ctx, http.MethodGet, sbPath(id)+"/files?list=1&path="+url.QueryEscape(path), nil, &out)
 	return out.Files, err
+}
+
+// Artifact is one file of a sandbox's artifacts folder; URL is where it is
+// served (a path on the API).
+type Artifact struct {
+	Path        string `json:"path"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type"`
+	URL         string `json:"url"`
+}
+
+// Artifacts lists the files of the sandbox's artifacts folder, at any
+// depth, by path; truncated says the folder held more than one listing
+// names.
+func (c *Client) Artifacts(ctx context.Context, id string) (files []Artifact, truncated bool, err error) {
+	var out struct {
+		Artifacts []Artifact `json:"artifacts"`
+		Truncated bool       `json:"truncated"`
+	}
+	err = c.json(ctx, http.MethodGet, sbPath(id)+"/artifacts", nil, &out)
+	return out.Artifacts, out.Truncated, err
 }

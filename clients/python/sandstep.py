@@ -188,6 +188,11 @@ class Client:
     def read_file(self, sandbox_id, path):
         return self._request("GET", "/v1/sandboxes/%s/files?path=%s" % (_q(sandbox_id), _q(path)))[2]
 
+    def list_artifacts(self, sandbox_id):
+        """The files of the sandbox's artifacts folder, at any depth: a list of dicts with path, size,
+        content_type and url (a path on the API), by path."""
+        return self._json("GET", "/v1/sandboxes/%s/artifacts" % _q(sandbox_id))["artifacts"]
+
     def terminate(self, sandbox_id):
         self._json("POST", "/v1/sandboxes/%s/terminate" % _q(sandbox_id))
 
@@ -256,6 +261,10 @@ def write_file(sandbox_id, path, content):
 
 def read_file(sandbox_id, path):
     return _client().read_file(sandbox_id, path)
+
+
+def list_artifacts(sandbox_id):
+    return _client().list_artifacts(sandbox_id)
 
 
 def terminate(sandbox_id):

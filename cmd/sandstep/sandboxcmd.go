@@ -19,7 +19,7 @@ import (
 	sbclient "github.com/sandstep/sandstep/client"
 )
 
-const sandboxSynopsis = "create | list | exec ID -- CMD... | cp SRC DST | logs ID EXEC | url ID [PORT] | terminate ID [flags]"
+const sandboxSynopsis = "create | list | exec ID -- CMD... | cp SRC DST | logs ID EXEC | url ID [PORT] | artifacts ID | terminate ID [flags]"
 
 func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sandbox", stdout, stderr)
@@ -52,7 +52,7 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	switch sub {
 	case "create", "list":
 		err = need(0, 0, "no arguments")
-	case "terminate":
+	case "terminate", "artifacts":
 		err = need(1, 1, "ID")
 	case "url":
 		err = need(1, 2, "ID [PORT]")
@@ -158,6 +158,8 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return nil
 	case "cp":
 		return copyFile(ctx, api, pos[0], pos[1], stdout)
+	case "artifacts":
+		return listArtifacts(ctx, api, c.base.String(), pos[0], *cf.json, stdout, stderr)
 	}
 	// exec: started in the background, its output streamed live (and
 	// resumed after a broken read) until it ends.
@@ -187,6 +189,33 @@ func runSandbox(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if code != 0 {
 		return &exitStatus{code: code}
+	}
+	return nil
+}
+
+// listArtifacts prints the files of a sandbox's artifacts folder, and on
+// stderr the folder's link, which opens the same list in a browser.
+func listArtifacts(ctx context.Context, api *sbclient.Client, base, id string, asJSON bool, stdout, stderr io.Writer) error {
+	files, cut, err := api.Artifacts(ctx, id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, map[string]any{"artifacts": files, "truncated": cut})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tSIZE\tTYPE")
+	for _, f := range files {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", f.Path, f.Size, f.ContentType)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if cut {
+		fmt.Fprintln(stderr, "the folder holds more files than one listing names")
+	}
+	if sb, err := api.Get(ctx, id); err == nil && sb.Links["artifacts"] != "" {
+		fmt.Fprintf(stderr, "in a browser: %s%s\n", strings.TrimSuffix(base, "/"), sb.Links["artifacts"])
 	}
 	return nil
 }

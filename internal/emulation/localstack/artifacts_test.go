@@ -1,6 +1,7 @@
 package localstack_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +16,7 @@ import (
 // copied into the job's stored results by the cleanup, before the sandbox
 // is terminated, on the local provider and on Modal alike; it is served
 // at /v1/jobs/{id}/artifacts/{path} after the sandbox is gone, with a
-// file.written event each.
+// file.written event each, and listed at the job's links.artifacts.
 func TestResearchArtifactsKeptBeforeCleanup(t *testing.T) {
 	site := fixturesite.Start(t, fixturesite.Options{Hosts: 1})
 	seeds := []string{site.Hosts[0].Page("/a")}
@@ -34,13 +35,28 @@ printf '{"sources":[{"title":"t","url":"%%s","summary":"Kestrels summarized.","k
 			id := "job-artifacts-" + name
 			s.research(t, id, "light", "balanced", seeds)
 			s.noLiveSandboxes(t, id)
-			for path, want := range map[string]struct{ body, ctype string }{
+			// The job's links.artifacts lists what was kept; each file is
+			// at its url.
+			code, _, listBody := s.raw(t, "/v1/jobs/"+id+"/artifacts")
+			var list struct {
+				Artifacts []struct {
+					Path string
+					Size int64
+					URL  string
+				}
+			}
+			if err := json.Unmarshal([]byte(listBody), &list); code != http.StatusOK || err != nil || len(list.Artifacts) != 2 {
+				t.Fatalf("the list: %d %v %s", code, err, listBody)
+			}
+			want := map[string]struct{ body, ctype string }{
 				"chart.svg":      {chart, "image/svg+xml"},
 				"data/table.csv": {"a,b\n1,2\n", "text/csv"},
-			} {
-				code, ctype, body := s.raw(t, "/v1/jobs/"+id+"/artifacts/"+path)
-				if code != http.StatusOK || body != want.body || !strings.HasPrefix(ctype, want.ctype) {
-					t.Errorf("artifact %s: %d %q %q; want 200 %q %q", path, code, ctype, body, want.ctype, want.body)
+			}
+			for _, a := range list.Artifacts {
+				w, ok := want[a.Path]
+				code, ctype, body := s.raw(t, a.URL)
+				if !ok || a.Size != int64(len(w.body)) || code != http.StatusOK || body != w.body || !strings.HasPrefix(ctype, w.ctype) {
+					t.Errorf("artifact %s (%d bytes) at %s: %d %q %q; want 200 %q %q", a.Path, a.Size, a.URL, code, ctype, body, w.ctype, w.body)
 				}
 			}
 			if code, _, _ := s.raw(t, "/v1/jobs/"+id+"/artifacts/missing.txt"); code != http.StatusNotFound {

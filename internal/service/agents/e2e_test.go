@@ -166,6 +166,15 @@ func TestAgentRunEndToEnd(t *testing.T) {
 	if keys := e.model.seen(); len(keys) != 1 || keys[0] != modelKey {
 		t.Errorf("the model server saw keys %q, want the real key once", keys)
 	}
+	// The run's folder lists the same files as its result.
+	var kept struct {
+		Artifacts []struct{ Path, URL string }
+	}
+	listRes := e.do("GET", "/v1/agent-runs/run-1/artifacts", nil)
+	if err := json.Unmarshal(listRes.body, &kept); listRes.status != 200 || err != nil || len(kept.Artifacts) != 2 ||
+		kept.Artifacts[0].Path != "data/seen.json" || kept.Artifacts[1].URL != "/v1/agent-runs/run-1/artifacts/report.md" {
+		t.Errorf("the run's artifacts: %d %v %s", listRes.status, err, listRes.body)
+	}
 	if code := e.do("GET", "/v1/agent-runs/run-1/artifacts/nope.txt", nil).status; code != 404 {
 		t.Errorf("a missing artifact: %d", code)
 	}

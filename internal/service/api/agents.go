@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"path"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -27,6 +26,7 @@ func (s *server) agentRoutes(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/agent-runs/{id}/events", s.agentEvents, jobRoute)
 	s.handle(mux, "POST /v1/agent-runs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/agent-runs/{id}/result", s.agentResult, jobRoute)
+	s.handle(mux, "GET /v1/agent-runs/{id}/artifacts", s.keptArtifacts, jobRoute)
 	s.handle(mux, "GET /v1/agent-runs/{id}/artifacts/{path...}", s.agentArtifact, jobRoute)
 }
 
@@ -62,7 +62,7 @@ func agentBudget(b *budgetBody) (*store.JobBudget, error) {
 
 func agentLinks(id string) links {
 	self := "/v1/agent-runs/" + id
-	return links{Self: self, Events: self + "/events", Report: self + "/result", Cancel: self + "/cancel"}
+	return links{Self: self, Events: self + "/events", Report: self + "/result", Cancel: self + "/cancel", Artifacts: self + "/artifacts"}
 }
 
 // linksOf are a job's links by its type.
@@ -208,13 +208,6 @@ func (s *server) agentRun(w http.ResponseWriter, r *http.Request, c *call) error
 	return writeJSON(w, http.StatusOK, v)
 }
 
-type artifactView struct {
-	Path        string `json:"path"`
-	Size        int64  `json:"size"`
-	ContentType string `json:"content_type"`
-	URL         string `json:"url"`
-}
-
 type agentResultView struct {
 	JobID  string       `json:"job_id"`
 	Status store.Status `json:"status"`
@@ -258,7 +251,7 @@ func (s *server) agentResult(w http.ResponseWriter, r *http.Request, c *call) er
 	}
 	for _, a := range res.Artifacts {
 		v.Artifacts = append(v.Artifacts, artifactView{Path: a.Path, Size: a.Size, ContentType: a.ContentType,
-			URL: agentLinks(job.ClientID).Self + "/artifacts/" + a.Path})
+			URL: artifactURL(agentLinks(job.ClientID).Self, a.Path)})
 	}
 	u, err := s.jobUsage(r.Context(), job)
 	if err != nil {
@@ -266,44 +259,4 @@ func (s *server) agentResult(w http.ResponseWriter, r *http.Request, c *call) er
 	}
 	v.Usage, v.Cost = usage.ViewOf(u), s.cost(u)
 	return writeJSON(w, http.StatusOK, v)
-}
-
-// agentArtifact serves a kept artifact with its content type; it outlives
-// the sandbox.
-func (s *server) agentArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.artifact(w, r, c, "agent run")
-}
-
-// jobArtifact is a file a research job's cleanup kept from its sandbox's
-// artifacts folder (artifacts.Dir), or an agent run's.
-func (s *server) jobArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.artifact(w, r, c, "job")
-}
-
-func (s *server) artifact(w http.ResponseWriter, r *http.Request, c *call, noun string) error {
-	job, err := s.job(r, c)
-	if err != nil {
-		return err
-	}
-	p := r.PathValue("path")
-	if err := checkWorkspacePath(p); err != nil {
-		return invalid("path", "path: %v", err)
-	}
-	a, err := s.opts.Store.GetArtifact(r.Context(), job.ID, p)
-	if errors.Is(err, store.ErrNotFound) {
-		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, JobID: job.ClientID, Message: fmt.Sprintf("%s %q has no artifact %q", noun, job.ClientID, p)}
-	}
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", a.ContentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(a.Data)))
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	// An agent's HTML must not run as the API's origin.
-	w.Header().Set("Content-Security-Policy", "sandbox")
-	w.WriteHeader(http.StatusOK)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(a.Data)
-	}
-	return nil
 }

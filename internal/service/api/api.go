@@ -146,6 +146,7 @@ func (s *server) register(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/jobs/{id}/events", s.events, jobRoute)
 	s.handle(mux, "POST /v1/jobs/{id}/cancel", s.cancel, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/report", s.report, jobRoute)
+	s.handle(mux, "GET /v1/jobs/{id}/artifacts", s.keptArtifacts, jobRoute)
 	s.handle(mux, "GET /v1/jobs/{id}/artifacts/{path...}", s.jobArtifact, jobRoute)
 	s.agentRoutes(mux)
 	s.handle(mux, "GET /v1/providers", s.providers)

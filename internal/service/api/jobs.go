@@ -68,10 +68,11 @@ type budgetBody struct {
 }
 
 type links struct {
-	Self   string `json:"self"`
-	Events string `json:"events"`
-	Report string `json:"report"`
-	Cancel string `json:"cancel"`
+	Self      string `json:"self"`
+	Events    string `json:"events"`
+	Report    string `json:"report"`
+	Cancel    string `json:"cancel"`
+	Artifacts string `json:"artifacts"`
 }
 
 type submitResponse struct {
@@ -82,7 +83,7 @@ type submitResponse struct {
 
 func jobLinks(id string) links {
 	self := "/v1/jobs/" + id
-	return links{Self: self, Events: self + "/events", Report: self + "/report", Cancel: self + "/cancel"}
+	return links{Self: self, Events: self + "/events", Report: self + "/report", Cancel: self + "/cancel", Artifacts: self + "/artifacts"}
 }
 
 // decodeSubmit reads and validates the body; every problem is reported, and

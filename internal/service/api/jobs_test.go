@@ -84,7 +84,8 @@ func TestSubmitStartsAndStatusShape(t *testing.T) {
 	}
 	links, _ := body["links"].(map[string]any)
 	base := "/v1/jobs/" + id
-	if links["self"] != base || links["events"] != base+"/events" || links["report"] != base+"/report" || links["cancel"] != base+"/cancel" {
+	if links["self"] != base || links["events"] != base+"/events" || links["report"] != base+"/report" || links["cancel"] != base+"/cancel" ||
+		links["artifacts"] != base+"/artifacts" {
 		t.Fatalf("links = %v", links)
 	}
 	calls := e.exec.startCalls()

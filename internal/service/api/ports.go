@@ -60,8 +60,7 @@ func (s *server) proxyPort(w http.ResponseWriter, r *http.Request, c *call) erro
 	s.opts.Sandboxes.TouchPort(r.Context(), d)
 	prefix := "/v1/sandboxes/" + id + "/ports/" + strconv.Itoa(port)
 	if fromQuery {
-		http.SetCookie(w, &http.Cookie{Name: urlTokenCookie(id), Value: d.URLToken, Path: prefix + "/",
-			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+		keepURLToken(w, r, id, d.URLToken, prefix+"/")
 	}
 	rp, err := s.opts.PortProxy(target, prefix, func(w http.ResponseWriter, r *http.Request, err error) {
 		c.cause = err

@@ -31,7 +31,8 @@ import (
 //	GET    /v1/sandboxes/{id}/execs/{eid}/output      its output from ?offset=N (raw, or SSE)
 //	PUT    /v1/sandboxes/{id}/files?path=             write a file (the body, streamed)
 //	GET    /v1/sandboxes/{id}/files?path=[&list=1]    read a file (streamed), or list a folder
-//	GET    /v1/sandboxes/{id}/artifacts/{path...}     a file of the artifacts folder, typed
+//	GET    /v1/sandboxes/{id}/artifacts               the artifacts folder's files (JSON, or a page)
+//	GET    /v1/sandboxes/{id}/artifacts/{path...}     a file of the artifacts folder, typed (artifacts.go)
 //	*      /v1/sandboxes/{id}/ports/{port}/{path...}  an exposed port, proxied (ports.go)
 //
 // A tenant's token manages the tenant's sandboxes; a sandbox's token
@@ -55,6 +56,7 @@ func (s *server) sandboxRoutes(mux *http.ServeMux) {
 	s.handle(mux, "GET /v1/sandboxes/{id}/execs/{eid}/output", s.execOutput, sandboxScope)
 	s.handle(mux, "PUT /v1/sandboxes/{id}/files", s.putFile, sandboxScope, fileBody)
 	s.handle(mux, "GET /v1/sandboxes/{id}/files", s.getFile, sandboxScope)
+	s.handle(mux, "GET /v1/sandboxes/{id}/artifacts", s.sandboxArtifacts, public)
 	s.handle(mux, "GET /v1/sandboxes/{id}/artifacts/{path...}", s.getArtifact, public)
 	s.portRoutes(mux)
 	s.sandyRoutes(mux)
@@ -258,7 +260,7 @@ func (s *server) viewSandbox(r *http.Request, d store.DirectSandbox, children []
 	}
 	self := "/v1/sandboxes/" + d.ID
 	v.Links = map[string]string{"self": self, "exec": self + "/exec", "files": self + "/files", "events": self + "/events",
-		"artifacts": self + "/artifacts/?token=" + d.URLToken}
+		"artifacts": self + "/artifacts?token=" + d.URLToken}
 	return v
 }
 
@@ -669,37 +671,6 @@ func (s *server) publicAccess(r *http.Request, c *call, id string) (store.Direct
 	}
 	return store.DirectSandbox{}, false, &Error{Status: http.StatusNotFound, Code: CodeNotFound,
 		Message: fmt.Sprintf("sandbox %q not found, or the link's token is not (or no longer) valid", id)}
-}
-
-func (s *server) getArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	d, fromQuery, err := s.publicAccess(r, c, id)
-	if err != nil {
-		return err
-	}
-	c.tenant = d.Tenant
-	if fromQuery {
-		http.SetCookie(w, &http.Cookie{Name: urlTokenCookie(id), Value: d.URLToken, Path: "/v1/sandboxes/" + id + "/artifacts/",
-			HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
-	}
-	err = s.opts.Sandboxes.Artifact(r.Context(), d, r.PathValue("path"), func(ct string, size int64) io.Writer {
-		h := w.Header()
-		h.Set("Content-Type", ct)
-		h.Set("Content-Length", strconv.FormatInt(size, 10))
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Cache-Control", "private, no-cache")
-		// An artifact is shown as the sandbox made it, but never runs
-		// scripts on sandstep's origin.
-		h.Set("Content-Security-Policy", "sandbox")
-		return w
-	})
-	if err != nil && !c.rec.wroteHeader {
-		return directError(c, err)
-	}
-	if err != nil {
-		c.cause = err
-	}
-	return nil
 }
 
 // cursorSandboxes is the cursor kind of the sandboxes' listing.

@@ -12,7 +12,7 @@ import (
 
 // TestCLISandbox drives `sandstep sandbox` against a server: create with a
 // port, exec streaming both streams with the command's exit status, cp both
-// ways, logs of a background exec, url, list, terminate.
+// ways, logs of a background exec, url, artifacts, list, terminate.
 func TestCLISandbox(t *testing.T) {
 	e := newEnv(t, "")
 	cli := func(stdin string, args ...string) (string, string, int) {
@@ -58,6 +58,14 @@ func TestCLISandbox(t *testing.T) {
 	}
 	if out, _, code = cli("", "url", id, "8000"); code != 0 || !strings.HasPrefix(out, e.url+"/v1/sandboxes/"+id+"/ports/8000/?token=") {
 		t.Errorf("url: %d %q", code, out)
+	}
+	if _, errOut, code = cli("chart", "cp", "-", id+":/workspace/artifacts/plots/a.svg"); code != 0 {
+		t.Fatalf("cp an artifact: %d %s", code, errOut)
+	}
+	out, errOut, code = cli("", "artifacts", id)
+	if rows := strings.Fields(out); code != 0 || len(rows) != 6 || rows[3] != "plots/a.svg" || rows[4] != "5" || rows[5] != "image/svg+xml" ||
+		!strings.HasPrefix(errOut, "in a browser: "+e.url+"/v1/sandboxes/"+id+"/artifacts?token=") {
+		t.Errorf("artifacts: %d %q %q", code, out, errOut)
 	}
 	if out, _, code = cli("", "list"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "running") {
 		t.Errorf("list: %d %q", code, out)

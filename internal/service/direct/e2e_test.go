@@ -15,8 +15,9 @@ import (
 
 // parentScript runs in the parent sandbox with nothing but its injected
 // SANDSTEP_URL and SANDSTEP_TOKEN and the Python client: a task in one
-// child, a web app in another, fetched through its public URL; then as
-// many children as the limit lets live at once, and one more.
+// child, a web app in another, fetched through its public URL, whose
+// artifacts folder it lists; then as many children as the limit lets live
+// at once, and one more.
 const parentScript = `
 import json, sys, os, urllib.request
 sys.path.insert(0, "/opt/sandstep/python")
@@ -29,6 +30,8 @@ sb, url = sandstep.deploy_webapp({"/workspace/app/index.html": "<h1>hello from a
 res["web_id"], res["web_url"] = sb.id, url
 with urllib.request.urlopen(url, timeout=30) as r:
     res["page"] = r.read().decode()
+sandstep.write_file(sb.id, "/workspace/artifacts/logs/app log.txt", "served\n")
+res["artifacts"] = sandstep.list_artifacts(sb.id)
 res["created"] = []
 try:
     for i in range(10):
@@ -61,13 +64,14 @@ func TestParentManagesChildrenWithPythonClient(t *testing.T) {
 		t.Fatalf("the parent's agent failed (%d):\n%s\n%s", code, out.String(), errOut.String())
 	}
 	var res struct {
-		URLEnv  string `json:"url_env"`
-		Task    []any  `json:"task"`
-		WebID   string `json:"web_id"`
-		WebURL  string `json:"web_url"`
-		Page    string `json:"page"`
-		Created []string
-		Limit   struct {
+		URLEnv    string            `json:"url_env"`
+		Task      []any             `json:"task"`
+		WebID     string            `json:"web_id"`
+		WebURL    string            `json:"web_url"`
+		Page      string            `json:"page"`
+		Artifacts []client.Artifact `json:"artifacts"`
+		Created   []string
+		Limit     struct {
 			Status     int    `json:"status"`
 			Limit      string `json:"limit"`
 			Max        int    `json:"max"`
@@ -85,6 +89,10 @@ func TestParentManagesChildrenWithPythonClient(t *testing.T) {
 	}
 	if res.Page != "<h1>hello from a child</h1>\n" {
 		t.Errorf("the web app through its public URL: %q", res.Page)
+	}
+	if a := res.Artifacts; len(a) != 1 || a[0].Path != "logs/app log.txt" || a[0].Size != 7 ||
+		a[0].URL != "/v1/sandboxes/"+res.WebID+"/artifacts/logs/app%20log.txt" {
+		t.Errorf("the child's artifacts, as the parent listed them: %+v", a)
 	}
 	// The public URL works from outside too (the test reaches the server
 	// as 127.0.0.1), and without the token it does not.

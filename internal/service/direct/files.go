@@ -5,13 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"io"
 	"path"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/sandstep/sandstep/internal/service/artifacts"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
@@ -104,8 +104,10 @@ func (s *Service) ListFiles(ctx context.Context, caller Caller, id, p string) ([
 	return list, nil
 }
 
-// Types the standard library's table lacks that agents' artifacts often
-// are; the table (and the system's mime.types) covers the rest.
+// ArtifactsDir is the folder of a sandbox whose files GET .../artifacts
+// serves.
+func (s *Service) ArtifactsDir() string { return s.o.Config.ArtifactsDir }
+
 // ArtifactPath resolves rel (the path after /artifacts/) inside the
 // artifacts folder, refusing any that steps out of it.
 func (s *Service) ArtifactPath(rel string) (string, error) {
@@ -158,4 +160,27 @@ printf '%%s\n' "$f"; wc -c < "$f"`, shellQuote(s.o.Config.ArtifactsDir), shellQu
 	w := start(artifacts.ContentType(p), size)
 	_, err = s.o.Provider.ReadFile(ctx, d.ProviderID, providers.ReadFileRequest{Path: lines[0]}, w)
 	return err
+}
+
+// Artifacts lists the regular files of the sandbox d's artifacts folder,
+// at any depth, by path (none where there is no folder); cut says the
+// listing stopped at artifacts.ListLimit. Symlinks are neither followed
+// nor listed.
+func (s *Service) Artifacts(ctx context.Context, d store.DirectSandbox) (files []artifacts.File, cut bool, err error) {
+	if d.State != store.DirectRunning {
+		return nil, false, &Error{Kind: KindConflict, Message: fmt.Sprintf("sandbox %s is %s", d.ID, d.State)}
+	}
+	s.touch(ctx, d, time.Time{})
+	var out, stderr bytes.Buffer
+	res, err := s.o.Provider.Exec(ctx, d.ProviderID, providers.ExecRequest{Shell: artifacts.ListCommand(s.o.Config.ArtifactsDir),
+		Stdout: &out, Stderr: &stderr, Timeout: 30 * time.Second})
+	if err != nil {
+		return nil, false, s.sandboxErr(d, err)
+	}
+	if res.ExitCode != 0 {
+		return nil, false, fmt.Errorf("listing %s in sandbox %s exited %d: %s", s.o.Config.ArtifactsDir, d.ID, res.ExitCode,
+			strings.TrimSpace(stderr.String()))
+	}
+	files, cut = artifacts.Parse(out.Bytes())
+	return files, cut, nil
 }

@@ -2,10 +2,12 @@ package direct_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,8 @@ import (
 // TestArtifactsServedWithTheirType: files the sandbox writes to its
 // artifacts folder are served over HTTP with their content type, by the
 // sandbox's URL token (which a first visit turns into a cookie); a path
-// that escapes the folder, by ".." or by a symlink, is refused.
+// that escapes the folder, by ".." or by a symlink, is refused. The
+// folder's own link lists it, as JSON or as a page of links.
 func TestArtifactsServedWithTheirType(t *testing.T) {
 	e := newEnv(t, "")
 	ctx := ctxFor(t)
@@ -33,7 +36,7 @@ func TestArtifactsServedWithTheirType(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := `mkdir -p /workspace/artifacts/charts && cd /workspace/artifacts &&
-printf '<h1>Report</h1>' > report.html && printf 'a,b\n1,2\n' > data.csv &&
+printf '<h1>Report</h1>' > report.html && printf 'a,b\n1,2\n' > data.csv && printf x > '<i>&"odd #1?.txt' &&
 echo secret > /workspace/secret.txt && ln -s /workspace/secret.txt leak.txt && ln -s /workspace outside`
 	if code, err := acme.Run(ctx, sb.ID, client.ExecRequest{Command: script}, nil, nil); err != nil || code != 0 {
 		t.Fatalf("writing artifacts: %d %v", code, err)
@@ -44,13 +47,71 @@ echo secret > /workspace/secret.txt && ln -s /workspace/secret.txt leak.txt && l
 	}
 	r := e.do("GET", "/v1/sandboxes/"+sb.ID, tokenAcme, nil)
 	links := r.json(t)["links"].(map[string]any)
-	artifacts := links["artifacts"].(string) // ".../artifacts/?token=..."
+	artifacts := links["artifacts"].(string) // ".../artifacts?token=..."
 	_, token, _ := strings.Cut(artifacts, "?token=")
 	if token == "" || got.ID != sb.ID {
 		t.Fatalf("no URL token in %q", artifacts)
 	}
 	jar, _ := cookiejar.New(nil)
 	browser := &http.Client{Jar: jar}
+	list := func(link, accept string) (int, http.Header, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", e.url+link, nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		res, err := browser.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, b
+	}
+	if status, _, body := list("/v1/sandboxes/"+sb.ID+"/artifacts", ""); status != 404 {
+		t.Errorf("the folder without a token: %d %s", status, body)
+	}
+	status, _, body := list(artifacts, "")
+	var listing struct {
+		Artifacts []struct {
+			Path        string
+			ContentType string `json:"content_type"`
+			URL         string
+			Size        int64
+		}
+		Truncated bool
+	}
+	if err := json.Unmarshal(body, &listing); status != 200 || err != nil {
+		t.Fatalf("the folder's link: %d %v %s", status, err, body)
+	}
+	var paths []string
+	for _, a := range listing.Artifacts {
+		paths = append(paths, fmt.Sprintf("%s %d %s", a.Path, a.Size, a.ContentType))
+	}
+	wantPaths := []string{`<i>&"odd #1?.txt 1 text/plain; charset=utf-8`, "charts/plot.png 16 image/png",
+		"data.csv 8 text/csv; charset=utf-8", "report.html 15 text/html; charset=utf-8"}
+	if !slices.Equal(paths, wantPaths) || listing.Truncated {
+		t.Errorf("listing %q (truncated %v), want %q", paths, listing.Truncated, wantPaths)
+	}
+	// The Go client lists the same, by the tenant's token.
+	if files, cut, err := acme.Artifacts(ctx, sb.ID); err != nil || cut || len(files) != len(listing.Artifacts) || files[1].URL != listing.Artifacts[1].URL {
+		t.Errorf("the client's listing: %+v %v %v", files, cut, err)
+	}
+	// Each url works with the cookie the listing's visit left, the odd
+	// name's too, escaped.
+	for _, a := range listing.Artifacts {
+		if status, _, b := list(a.URL, ""); status != 200 || int64(len(b)) != a.Size {
+			t.Errorf("%s at %s: %d, %d bytes", a.Path, a.URL, status, len(b))
+		}
+	}
+	// A browser gets a page whose every name is escaped.
+	status, header, body := list(artifacts, "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+	page := string(body)
+	if status != 200 || header.Get("Content-Type") != "text/html; charset=utf-8" || !strings.Contains(header.Get("Content-Security-Policy"), "sandbox") ||
+		!strings.Contains(page, `<a href="/v1/sandboxes/`+sb.ID+`/artifacts/charts/plot.png">charts/plot.png</a>`) ||
+		!strings.Contains(page, `&lt;i&gt;&amp;&#34;odd #1?.txt`) || strings.Contains(page, "<i>") {
+		t.Errorf("the page: %d %v\n%s", status, header, page)
+	}
 	fetch := func(path string, withToken bool) (int, string, string) {
 		t.Helper()
 		u := e.url + "/v1/sandboxes/" + sb.ID + "/artifacts/" + path
@@ -97,6 +158,9 @@ echo secret > /workspace/secret.txt && ln -s /workspace/secret.txt leak.txt && l
 	}
 	if status, _, _ := fetch("report.html", true); status != 404 {
 		t.Errorf("after terminate, the link still works: %d", status)
+	}
+	if status, _, _ := list(artifacts, ""); status != 404 {
+		t.Errorf("after terminate, the folder's link still works: %d", status)
 	}
 }
 
