@@ -120,24 +120,31 @@ func keepURLToken(w http.ResponseWriter, r *http.Request, id, token, prefix stri
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 }
 
+// artifactsAccess lets a request on a sandbox's artifacts routes in (see
+// publicAccess); a token in the query becomes the cookie of the folder
+// and its files.
+func (s *server) artifactsAccess(w http.ResponseWriter, r *http.Request, c *call) (store.DirectSandbox, error) {
+	id := r.PathValue("id")
+	d, fromQuery, err := s.publicAccess(r, c, id)
+	if err == nil && fromQuery {
+		keepURLToken(w, r, id, d.URLToken, "/v1/sandboxes/"+id+"/artifacts")
+	}
+	return d, err
+}
+
 // sandboxArtifacts lists a live sandbox's artifacts folder: JSON, or a
 // page of links for a browser (one that asks for text/html before JSON),
 // which is how links.artifacts is usually opened.
 func (s *server) sandboxArtifacts(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	d, fromQuery, err := s.publicAccess(r, c, id)
+	d, err := s.artifactsAccess(w, r, c)
 	if err != nil {
 		return err
 	}
-	c.tenant = d.Tenant
 	files, cut, err := s.opts.Sandboxes.Artifacts(r.Context(), d)
 	if err != nil {
 		return directError(c, err)
 	}
-	if fromQuery {
-		keepURLToken(w, r, id, d.URLToken, "/v1/sandboxes/"+id+"/artifacts")
-	}
-	base := "/v1/sandboxes/" + id
+	base := "/v1/sandboxes/" + d.ID
 	v := artifactList{Artifacts: make([]artifactView, 0, len(files)), Truncated: cut}
 	for _, f := range files {
 		v.Artifacts = append(v.Artifacts, artifactView{Path: f.Path, Size: f.Size, ContentType: artifacts.ContentType(f.Path), URL: artifactURL(base, f.Path)})
@@ -146,7 +153,7 @@ func (s *server) sandboxArtifacts(w http.ResponseWriter, r *http.Request, c *cal
 	if !prefersHTML(r.Header.Get("Accept")) {
 		return writeJSON(w, http.StatusOK, v)
 	}
-	page := artifactsPage(d.Name, id, s.opts.Sandboxes.ArtifactsDir(), v)
+	page := artifactsPage(d.Name, d.ID, s.opts.Sandboxes.ArtifactsDir(), v)
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(page)))
@@ -201,14 +208,9 @@ func artifactsPage(name, id, dir string, v artifactList) string {
 
 // getArtifact serves a file of a live sandbox's artifacts folder.
 func (s *server) getArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
-	id := r.PathValue("id")
-	d, fromQuery, err := s.publicAccess(r, c, id)
+	d, err := s.artifactsAccess(w, r, c)
 	if err != nil {
 		return err
-	}
-	c.tenant = d.Tenant
-	if fromQuery {
-		keepURLToken(w, r, id, d.URLToken, "/v1/sandboxes/"+id+"/artifacts")
 	}
 	err = s.opts.Sandboxes.Artifact(r.Context(), d, r.PathValue("path"), func(ct string, size int64) io.Writer {
 		artifactHeaders(w.Header(), ct, size)

@@ -37,7 +37,6 @@ func (s *server) proxyPort(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	c.tenant = d.Tenant
 	port, err := strconv.Atoi(r.PathValue("port"))
 	exposed := false
 	for _, p := range d.Ports {

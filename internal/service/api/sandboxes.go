@@ -641,9 +641,18 @@ func urlTokenCookie(id string) string { return "sandstep_" + id }
 
 // publicAccess lets a request on a sandbox's public route in: with the
 // sandbox's URL token (query or cookie), or a bearer token that may use
-// the sandbox. It returns the sandbox and whether the token came in the
-// query (to be turned into a cookie).
+// the sandbox. It returns the sandbox, whose tenant the call is then
+// accounted to, and whether the token came in the query (to be turned
+// into a cookie).
 func (s *server) publicAccess(r *http.Request, c *call, id string) (store.DirectSandbox, bool, error) {
+	d, fromQuery, err := s.sandboxByURL(r, c, id)
+	if err == nil {
+		c.tenant = d.Tenant
+	}
+	return d, fromQuery, err
+}
+
+func (s *server) sandboxByURL(r *http.Request, c *call, id string) (store.DirectSandbox, bool, error) {
 	if err := s.sandboxesOn(); err != nil {
 		return store.DirectSandbox{}, false, err
 	}
