@@ -15,12 +15,15 @@ import (
 	"time"
 
 	"github.com/sandstep/sandstep/config"
+	"github.com/sandstep/sandstep/internal/testkit/apitest"
 	"github.com/sandstep/sandstep/internal/service/providerhost"
 	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
 
-// do calls the server's API with the dev token.
+// do calls the server's API with the dev token. Every whole answer is
+// checked against the API's description, as the e2e servers' are: these
+// come from a real `sandstep serve` that is killed and restarted under load.
 func (w *world) do(method, path string, body any) (int, map[string]any, error) {
 	var rd io.Reader
 	if body != nil {
@@ -34,7 +37,12 @@ func (w *world) do(method, path string, body any) (int, map[string]any, error) {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		// Cut by the server's death: not an answer to check.
+		return resp.StatusCode, nil, fmt.Errorf("%s %s: %d, body cut: %w", method, path, resp.StatusCode, err)
+	}
+	apitest.CheckResponse(w.t, req, resp.StatusCode, resp.Header, raw)
 	var out map[string]any
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &out); err != nil {
