@@ -120,7 +120,8 @@ function jobPage(id) {
   const base = 'v1/jobs/' + encodeURIComponent(id);
   const ctl = new AbortController();
   let timers = [];
-  stop = () => { ctl.abort(); timers.forEach(clearTimeout); timers = []; };
+  const kept = artifactsBox(ctl);
+  stop = () => { ctl.abort(); timers.forEach(clearTimeout); timers = []; kept.revoke(); };
   const steps = h('ol', { class: 'steps', id: 'steps', 'aria-live': 'polite' });
   const bar = h('progress', { id: 'crawl-bar', max: '1', value: '0', 'aria-label': 'Pages crawled' });
   const barText = h('p', { id: 'crawl-text', class: 'hint' });
@@ -204,13 +205,53 @@ function jobPage(id) {
     } catch (err) {
       if (!ctl.signal.aborted) report.replaceChildren(h('h2', { text: 'Report' }), h('p', { class: 'hint', text: err.message }));
     }
+    // What the job's sandbox left in its artifacts folder, kept by its
+    // cleanup; most jobs keep none, and then nothing is shown.
+    try {
+      const { data } = await api('GET', base + '/artifacts', undefined, { signal: ctl.signal });
+      if (data.artifacts.length) kept.render(data.artifacts, []); else kept.none();
+    } catch (err) { if (!ctl.signal.aborted) { kept.list.replaceChildren(h('h2', { text: 'Artifacts' }), errorBox(err)); kept.none(); } }
   }
 
   show('Job ' + id, status, cancel, h('h2', { text: 'Steps' }), steps,
     h('label', { for: 'crawl-bar', text: 'Crawl progress' }), bar, barText, notes,
-    h('h2', { text: 'Warnings' }), warnings, usage, report,
+    h('h2', { text: 'Warnings' }), warnings, usage, report, kept.list, kept.viewer,
     h('details', {}, h('summary', { text: 'Event log' }), log));
   refresh().then(() => follow());
+}
+
+// artifactsBox lists the files a job kept and shows one at a time. An
+// artifact needs the token, which a link cannot carry: it is fetched,
+// shown when it is text, and offered to save from memory.
+function artifactsBox(ctl) {
+  // Busy until the list is known, which may be to show nothing.
+  const list = h('section', { id: 'artifacts-list', 'aria-label': 'Artifacts', 'aria-busy': 'true' });
+  const viewer = h('section', { id: 'artifact', 'aria-live': 'polite', tabindex: '-1' });
+  let saved = null;
+  async function open(a) {
+    try {
+      const res = await fetch(a.url.replace(/^\//, ''), { headers: { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN) }, signal: ctl.signal });
+      if (!res.ok) throw new APIError(res.status, await res.json().catch(() => null));
+      const blob = await res.blob();
+      if (saved) URL.revokeObjectURL(saved);
+      saved = URL.createObjectURL(blob);
+      const text = /^text\/|^application\/json/.test(a.content_type) ? await blob.text() : null;
+      viewer.replaceChildren(h('h2', { text: 'Artifact ' + a.path }),
+        h('p', {}, h('a', { id: 'artifact-save', href: saved, download: a.path.split('/').pop(), text: 'Save ' + a.path })),
+        text === null ? h('p', { class: 'hint', text: `${a.content_type}, ${a.size} bytes: not shown here` }) : h('pre', { id: 'artifact-text', class: 'out', text }));
+      viewer.focus();
+    } catch (err) { if (!ctl.signal.aborted) viewer.replaceChildren(errorBox(err)); }
+  }
+  function render(items, skipped) {
+    const out = [h('h2', { text: 'Artifacts' })];
+    out.push(items.length ? h('ul', { id: 'artifacts' }, ...items.map((a) => h('li', {},
+      h('button', { type: 'button', class: 'link', 'data-path': a.path, text: a.path, onclick: () => open(a) }),
+      h('span', { class: 'hint', text: ` ${a.content_type}, ${a.size} bytes` })))) : h('p', { class: 'hint', text: 'None.' }));
+    if (skipped.length) out.push(h('p', { class: 'warn', text: 'Not kept: ' + skipped.map((x) => `${x.path} (${x.reason})`).join(', ') }));
+    list.replaceChildren(...out);
+    list.removeAttribute('aria-busy');
+  }
+  return { list, viewer, render, none: () => list.removeAttribute('aria-busy'), revoke: () => { if (saved) URL.revokeObjectURL(saved); } };
 }
 
 // usageText says in a line what a run used and cost; bytes out only where
@@ -230,15 +271,15 @@ function agentRunPage(id) {
   const base = 'v1/agent-runs/' + encodeURIComponent(id);
   const ctl = new AbortController();
   let timers = [];
-  stop = () => { ctl.abort(); timers.forEach(clearTimeout); timers = []; if (saved) URL.revokeObjectURL(saved); };
+  const kept = artifactsBox(ctl);
+  stop = () => { ctl.abort(); timers.forEach(clearTimeout); timers = []; kept.revoke(); };
   const status = h('p', { id: 'job-status' });
   const info = h('dl', { id: 'run-info', class: 'kv' });
   const cancel = h('button', { type: 'button', class: 'danger', id: 'cancel', text: 'Cancel run' });
   const notes = h('div', { id: 'notes' });
   const events = h('ol', { id: 'run-events', class: 'events' });
   const result = h('section', { id: 'result', 'aria-label': 'Result' });
-  const viewer = h('section', { id: 'artifact', 'aria-live': 'polite' });
-  let run = null, lastSeq = 0, resultShown = false, refreshPending = false, saved = null;
+  let run = null, lastSeq = 0, resultShown = false, refreshPending = false;
 
   cancel.addEventListener('click', async () => {
     cancel.disabled = true;
@@ -269,33 +310,14 @@ function agentRunPage(id) {
     refreshPending = true;
     timers.push(setTimeout(() => { refreshPending = false; refresh(); }, 300));
   }
-  // An artifact needs the token, which a link cannot carry: it is fetched,
-  // shown when it is text, and offered to save from memory.
-  async function open(a) {
-    try {
-      const res = await fetch(a.url.replace(/^\//, ''), { headers: { Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN) }, signal: ctl.signal });
-      if (!res.ok) throw new APIError(res.status, await res.json().catch(() => null));
-      const blob = await res.blob();
-      if (saved) URL.revokeObjectURL(saved);
-      saved = URL.createObjectURL(blob);
-      const text = /^text\/|^application\/json/.test(a.content_type) ? await blob.text() : null;
-      viewer.replaceChildren(h('h2', { text: 'Artifact ' + a.path }),
-        h('p', {}, h('a', { id: 'artifact-save', href: saved, download: a.path.split('/').pop(), text: 'Save ' + a.path })),
-        text === null ? h('p', { class: 'hint', text: `${a.content_type}, ${a.size} bytes: not shown here` }) : h('pre', { id: 'artifact-text', class: 'out', text }));
-      viewer.focus();
-    } catch (err) { if (!ctl.signal.aborted) viewer.replaceChildren(errorBox(err)); }
-  }
   async function loadResult() {
     try {
       const { data } = await api('GET', base + '/result', undefined, { signal: ctl.signal });
       const out = [h('h2', { text: data.complete ? 'Answer' : 'Answer (partial: the run did not finish, this is what it printed until then)' }),
         h('div', { class: 'report', id: 'answer' }, ...markdown(data.answer || '', new Map())),
         h('p', { class: 'hint', id: 'exit', text: `Exit status ${data.exit_code === null ? '—' : data.exit_code}${data.timed_out ? ', timed out' : ''}` }),
-        h('h2', { text: 'Artifacts' })];
-      out.push(data.artifacts.length ? h('ul', { id: 'artifacts' }, ...data.artifacts.map((a) => h('li', {},
-        h('button', { type: 'button', class: 'link', 'data-path': a.path, text: a.path, onclick: () => open(a) }),
-        h('span', { class: 'hint', text: ` ${a.content_type}, ${a.size} bytes` })))) : h('p', { class: 'hint', text: 'None.' }));
-      if (data.skipped.length) out.push(h('p', { class: 'warn', text: 'Not kept: ' + data.skipped.map((x) => `${x.path} (${x.reason})`).join(', ') }));
+        kept.list];
+      kept.render(data.artifacts, data.skipped);
       result.replaceChildren(...out);
       announce('The result is ready');
     } catch (err) {
@@ -303,8 +325,7 @@ function agentRunPage(id) {
     }
   }
 
-  viewer.tabIndex = -1;
-  show('Agent run ' + id, status, cancel, notes, info, h('h2', { text: 'Events' }), events, result, viewer);
+  show('Agent run ' + id, status, cancel, notes, info, h('h2', { text: 'Events' }), events, result, kept.viewer);
   const later = (fn, ms) => timers.push(setTimeout(fn, ms));
   refresh().then(() => followEvents({ base, ctl, later, log: events, onEvent, refresh,
     seq: () => lastSeq, setSeq: (n) => { lastSeq = n; }, done: () => run && TERMINAL.includes(run.status) }));
