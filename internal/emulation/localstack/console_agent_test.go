@@ -40,11 +40,8 @@ func TestConsoleAgentRunInABrowser(t *testing.T) {
 		}
 	}
 	submit("agent-1")
-	b.do("sign in",
-		chromedp.Navigate(s.srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token+"\r"),
-		chromedp.WaitVisible(chromedp.CSS("#submit-form")))
+	b.signInAt(s.srv.URL + "/")
+	b.do("open the jobs", chromedp.WaitVisible(chromedp.CSS("#submit-form")))
 	b.until("the run listed", `[...document.querySelectorAll('tbody a')].some(a => a.getAttribute('href') === '#/agent-runs/agent-1')`, time.Minute)
 	if q := eval[string](b, `[...document.querySelectorAll('tbody tr')].find(tr => tr.querySelector('a').textContent === 'agent-1').querySelector('td.q').textContent`); q != "agent notes: Summarize the notes" {
 		t.Errorf("the list describes the run as %q", q)

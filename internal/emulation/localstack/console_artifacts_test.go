@@ -24,12 +24,7 @@ printf '{"sources":[{"title":"t","url":"%s","summary":"Kestrels summarized.","ke
 	s := newStackWith(t, stackOpts{config: cfg, allowPrivate: site.AllowPrivate()})
 	s.research(t, "console-artifacts", "light", "balanced", []string{site.Hosts[0].Page("/a")})
 
-	b.do("sign in and open the job",
-		chromedp.Navigate(s.srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token+"\r"),
-		chromedp.WaitVisible(chromedp.CSS("#submit-form")),
-		chromedp.Navigate(s.srv.URL+"/#/jobs/console-artifacts"))
+	b.signInAt(s.srv.URL + "/#/jobs/console-artifacts")
 	b.until("the report and the kept artifacts", `document.querySelector('#report-body') &&
 		document.querySelector('#artifacts button[data-path="data/table.csv"]') && document.querySelector('#artifacts button[data-path="chart.png"]')`, time.Minute)
 	if got := eval[string](b, `[...document.querySelectorAll('#artifacts li')].map(li => li.textContent).join('|')`); got != "chart.png image/png, 4 bytes|data/table.csv text/csv; charset=utf-8, 8 bytes" {
@@ -46,12 +41,7 @@ printf '{"sources":[{"title":"t","url":"%s","summary":"Kestrels summarized.","ke
 	// A job whose sandbox left nothing shows no artifacts section.
 	s2 := newStackWith(t, stackOpts{config: "[research]\nrender = \"never\"\n", allowPrivate: site.AllowPrivate()})
 	s2.research(t, "console-no-artifacts", "light", "balanced", []string{site.Hosts[0].Page("/a")})
-	b.do("open a job without artifacts",
-		chromedp.Navigate(s2.srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token+"\r"),
-		chromedp.WaitVisible(chromedp.CSS("#submit-form")),
-		chromedp.Navigate(s2.srv.URL+"/#/jobs/console-no-artifacts"))
+	b.signInAt(s2.srv.URL + "/#/jobs/console-no-artifacts")
 	b.until("its report, and its artifacts known", `!!document.querySelector('#report-body') &&
 		!document.querySelector('#artifacts-list').hasAttribute('aria-busy')`, time.Minute)
 	if n := eval[int](b, `document.querySelector('#artifacts-list').childElementCount`); n != 0 {

@@ -105,6 +105,18 @@ func eval[T any](b *browser, expr string) T {
 	return v
 }
 
+// signInAt opens the console at url, which may name a page of it by its
+// fragment, and signs in there by the form's button; the console then
+// shows that page.
+func (b *browser) signInAt(url string) {
+	b.t.Helper()
+	b.do("sign in at "+url,
+		chromedp.Navigate(url),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")))
+}
+
 // until waits, bounded, for a JavaScript condition.
 func (b *browser) until(what, cond string, d time.Duration) {
 	b.t.Helper()
@@ -415,12 +427,8 @@ func TestConsoleInABrowser(t *testing.T) {
 func TestConsoleSessionsInABrowser(t *testing.T) {
 	b := newBrowser(t)
 	s := newStackWith(t, stackOpts{allowPrivate: []string{"127.0.0.1:1"}, config: "[sessions]\nenabled = true\nsync_wait = \"1s\"\n"})
-	b.do("sign in and open Sessions",
-		chromedp.Navigate(s.srv.URL+"/#/sessions"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")),
-		chromedp.WaitVisible(chromedp.CSS("#run-form")))
+	b.signInAt(s.srv.URL + "/#/sessions")
+	b.do("open Sessions", chromedp.WaitVisible(chromedp.CSS("#run-form")))
 	if unlabeled := eval[[]string](b, `[...document.querySelectorAll('input,select,textarea')].filter(e => !e.labels || !e.labels.length).map(e => e.id)`); len(unlabeled) > 0 {
 		t.Errorf("controls without a label: %v", unlabeled)
 	}
@@ -484,11 +492,7 @@ func TestConsolePollsWhereTheServerDoesNotStream(t *testing.T) {
 		}
 	}})
 	s.submit(t, "console-poll")
-	b.do("sign in and open the job",
-		chromedp.Navigate(s.srv.URL+"/#/jobs/console-poll"),
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), token),
-		chromedp.Click(chromedp.CSS("#signin-form button[type=submit]")))
+	b.signInAt(s.srv.URL + "/#/jobs/console-poll")
 	b.until("every step complete", stepsAre("complete")+` && document.querySelector('#job-status .badge').textContent === 'succeeded'`, 3*time.Minute)
 	want := len(s.events(t, "console-poll"))
 	b.until("every event shown once", fmt.Sprintf(`document.querySelectorAll('#event-log li:not(.warn)').length === %d`, want), time.Minute)
