@@ -41,3 +41,40 @@ func BenchmarkExec(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkArtifacts is GET /v1/sandboxes/{id}/artifacts over a folder of
+// 200 files in 10 subfolders, next to the provider's own Exec of `true`
+// in the same sandbox (the baseline: the one command the listing runs,
+// without its find or the answer).
+func BenchmarkArtifacts(b *testing.B) {
+	e := newEnv(b, "")
+	ctx := ctxFor(b)
+	acme := e.client(tokenAcme)
+	sb, err := acme.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 3600})
+	if err != nil {
+		b.Fatal(err)
+	}
+	mk := `for d in 0 1 2 3 4 5 6 7 8 9; do mkdir -p /workspace/artifacts/d$d; for f in $(seq 1 20); do echo $f > /workspace/artifacts/d$d/f$f.txt; done; done`
+	if code, err := acme.Run(ctx, sb.ID, client.ExecRequest{Command: mk}, nil, nil); err != nil || code != 0 {
+		b.Fatal(code, err)
+	}
+	d, err := e.st.DirectGet(ctx, sb.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("provider-true", func(b *testing.B) {
+		for b.Loop() {
+			if res, err := e.stack.Provider.Exec(ctx, d.ProviderID, providers.ExecRequest{Shell: "true"}); err != nil || res.ExitCode != 0 {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("api-list", func(b *testing.B) {
+		for b.Loop() {
+			files, _, err := acme.Artifacts(ctx, sb.ID)
+			if err != nil || len(files) != 200 {
+				b.Fatal(len(files), err)
+			}
+		}
+	})
+}
