@@ -37,7 +37,14 @@ printf '{"sources":[{"title":"t","url":"%%s","summary":"Kestrels summarized.","k
 			s.noLiveSandboxes(t, id)
 			// The job's links.artifacts lists what was kept; each file is
 			// at its url.
-			code, _, listBody := s.raw(t, "/v1/jobs/"+id+"/artifacts")
+			_, _, jobBody := s.raw(t, "/v1/jobs/"+id)
+			var job struct {
+				Links struct{ Artifacts string }
+			}
+			if err := json.Unmarshal([]byte(jobBody), &job); err != nil || job.Links.Artifacts != "/v1/jobs/"+id+"/artifacts" {
+				t.Fatalf("the job's links.artifacts: %v %s", err, jobBody)
+			}
+			code, _, listBody := s.raw(t, job.Links.Artifacts)
 			var list struct {
 				Artifacts []struct {
 					Path string

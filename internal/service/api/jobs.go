@@ -486,6 +486,7 @@ type statusView struct {
 	// sandbox is released); Cost its cost at [pricing], null without it.
 	Usage usage.View  `json:"usage"`
 	Cost  *usage.Cost `json:"cost"`
+	Links links       `json:"links"`
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds, the precision the store
@@ -515,6 +516,7 @@ func (s *server) status(w http.ResponseWriter, r *http.Request, c *call) error {
 		Error:           optional(job.Error),
 		Fallbacks:       nonNil(job.Fallbacks),
 		CancelRequested: job.CancelRequested,
+		Links:           linksOf(job),
 	}
 	for _, id := range store.Steps {
 		st := job.Step(id)

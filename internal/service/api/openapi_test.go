@@ -127,7 +127,7 @@ func TestOpenAPIRefusesWrongResponses(t *testing.T) {
 	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"search","label":"s","status":"complete","current":0,"total":0},`, 8), ",") + `]`
 	goodJob := `{"job_id":"j","status":"running","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
 		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":[],"cancel_requested":false,` +
-		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null}`
+		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null,` + jobJLinks + `}`
 	for _, tc := range []struct {
 		name, method, path, ct string
 		status                 int
@@ -241,6 +241,9 @@ func TestOpenAPINamesTheAPILimits(t *testing.T) {
 	}
 }
 
+// jobJLinks are the links of job "j" as its answers carry them.
+const jobJLinks = `"links":{"self":"/v1/jobs/j","events":"/v1/jobs/j/events","report":"/v1/jobs/j/report","cancel":"/v1/jobs/j/cancel","artifacts":"/v1/jobs/j/artifacts"}`
+
 var mergeOpenAPI = flag.Bool("merge-openapi", false, "fold the openapi.*.json fragments into openapi.json and write it in its canonical form")
 
 // TestOpenAPIFragmentsAreMerged: a branch that adds routes brings
@@ -329,7 +332,7 @@ func BenchmarkOpenAPICheck(b *testing.B) {
 	steps := `[` + strings.TrimSuffix(strings.Repeat(`{"id":"crawl","label":"s","status":"complete","current":3,"total":3},`, 8), ",") + `]`
 	body := []byte(`{"job_id":"j","status":"succeeded","phase":null,"steps":` + steps + `,"created_at":"2026-01-01T00:00:00.000Z",` +
 		`"updated_at":"2026-01-01T00:00:00.000Z","error":null,"fallbacks":["http_mode"],"cancel_requested":false,` +
-		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null}`)
+		`"usage":{"sandbox_seconds":[],"execs":0,"tokens":[],"search_calls":[],"pages_crawled":0,"agent_runs":0},"cost":null,` + jobJLinks + `}`)
 	header := http.Header{"Content-Type": {"application/json; charset=utf-8"}}
 	req := httptest.NewRequest(http.MethodGet, "/v1/jobs/j", nil)
 	b.Run("decode", func(b *testing.B) {
