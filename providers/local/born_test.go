@@ -15,16 +15,7 @@ import (
 // A thread of the plugin left in a sandbox's group (as one the Go runtime
 // starts from the thread that had joined it would be) is taken back out.
 func TestReclaimThreads(t *testing.T) {
-	e := newEnv(t, nil)
-	h := e.p.s.cgroups
-	if h.version != 1 || h.pids == "" {
-		t.Skip("cgroup v1 pids only")
-	}
-	cg := h.groupFor(newID())
-	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cg.remove() })
+	cg := v1PidsGroup(t)
 	tids := make(chan int)
 	release := make(chan struct{})
 	goLockedOffMain(func() { // never unlocked: the thread ends with the goroutine
@@ -59,16 +50,7 @@ func TestReclaimThreads(t *testing.T) {
 
 // The agent does the same for a thread left in an exec group.
 func TestExecGroupReclaim(t *testing.T) {
-	e := newEnv(t, nil)
-	h := e.p.s.cgroups
-	if h.version != 1 || h.pids == "" {
-		t.Skip("cgroup v1 pids only")
-	}
-	cg := h.groupFor(newID())
-	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cg.remove() })
+	cg := v1PidsGroup(t)
 	dir, err := unix.Open(cg.Pids, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -154,4 +136,20 @@ func TestLockedOffMain(t *testing.T) {
 			t.Fatalf("f ran on the main thread")
 		}
 	}
+}
+
+// v1PidsGroup is a sandbox's cgroup of 16 tasks on a host of cgroup v1
+// with a pids hierarchy, which the reclaim tests need; gone after t.
+func v1PidsGroup(t *testing.T) *sandboxCgroup {
+	t.Helper()
+	h := newEnv(t, nil).p.s.cgroups
+	if h.version != 1 || h.pids == "" {
+		t.Skip("cgroup v1 pids only")
+	}
+	cg := h.groupFor(newID())
+	if err := h.create(cg, cgroupLimits{memoryBytes: 64 << 20, tasks: 16}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.remove() })
+	return cg
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandstep/sandstep/client"
+	"github.com/sandstep/sandstep/internal/service/store"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -13,17 +14,8 @@ import (
 // same command (the baseline: what a request that held the command's
 // output in memory would cost at least).
 func BenchmarkExec(b *testing.B) {
-	e := newEnv(b, "")
+	e, acme, sb, d := benchSandbox(b, "")
 	ctx := ctxFor(b)
-	acme := e.client(tokenAcme)
-	sb, err := acme.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 3600})
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, err := e.st.DirectGet(ctx, sb.ID)
-	if err != nil {
-		b.Fatal(err)
-	}
 	b.Run("provider", func(b *testing.B) {
 		for b.Loop() {
 			var out bytes.Buffer
@@ -47,21 +39,9 @@ func BenchmarkExec(b *testing.B) {
 // in the same sandbox (the baseline: the one command the listing runs,
 // without its find or the answer).
 func BenchmarkArtifacts(b *testing.B) {
-	e := newEnv(b, "")
-	ctx := ctxFor(b)
-	acme := e.client(tokenAcme)
-	sb, err := acme.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 3600})
-	if err != nil {
-		b.Fatal(err)
-	}
 	mk := `for d in 0 1 2 3 4 5 6 7 8 9; do mkdir -p /workspace/artifacts/d$d; for f in $(seq 1 20); do echo $f > /workspace/artifacts/d$d/f$f.txt; done; done`
-	if code, err := acme.Run(ctx, sb.ID, client.ExecRequest{Command: mk}, nil, nil); err != nil || code != 0 {
-		b.Fatal(code, err)
-	}
-	d, err := e.st.DirectGet(ctx, sb.ID)
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, acme, sb, d := benchSandbox(b, mk)
+	ctx := ctxFor(b)
 	b.Run("provider-true", func(b *testing.B) {
 		for b.Loop() {
 			if res, err := e.stack.Provider.Exec(ctx, d.ProviderID, providers.ExecRequest{Shell: "true"}); err != nil || res.ExitCode != 0 {
@@ -77,4 +57,26 @@ func BenchmarkArtifacts(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchSandbox is a stack and a sandbox of tenant acme in it, after setup
+// (a shell command, or none), with its record.
+func benchSandbox(b *testing.B, setup string) (*env, *client.Client, client.Sandbox, store.DirectSandbox) {
+	e := newEnv(b, "")
+	ctx := ctxFor(b)
+	acme := e.client(tokenAcme)
+	sb, err := acme.CreateSandbox(ctx, client.CreateRequest{TTLSeconds: 3600})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if setup != "" {
+		if code, err := acme.Run(ctx, sb.ID, client.ExecRequest{Command: setup}, nil, nil); err != nil || code != 0 {
+			b.Fatal(code, err)
+		}
+	}
+	d, err := e.st.DirectGet(ctx, sb.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, acme, sb, d
 }
