@@ -14,19 +14,8 @@ import (
 // or last extend; one asked to live longer is extended by the first call
 // into it within 10 minutes of that end, up to the lifetime asked for.
 func TestExtendNearDenosEnd(t *testing.T) {
-	f, err := fakedeno.Start(fakedeno.Options{Token: "ddo_extend_test"}, "", "")
-	if err != nil {
-		if testingSkips(err) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p := New()
-	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
-	if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": "ddo_extend_test"}}); err != nil {
-		t.Fatal(err)
-	}
+	f, configured := internalFake(t, "ddo_extend_test")
+	p := configured()
 	start := time.Now()
 	sb, err := p.Create(t.Context(), providers.CreateSpec{Lifetime: 45 * time.Minute})
 	if err != nil {
@@ -63,22 +52,7 @@ func TestExtendNearDenosEnd(t *testing.T) {
 // creating process would. A sandbox whose record is gone is reported to
 // end 30 minutes after its create, Deno's end without an extend.
 func TestExtendFromAnotherProcess(t *testing.T) {
-	f, err := fakedeno.Start(fakedeno.Options{Token: "ddo_extend_test"}, "", "")
-	if err != nil {
-		if testingSkips(err) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	defer f.Close()
-	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
-	configured := func() *Provider {
-		p := New()
-		if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": "ddo_extend_test"}}); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	f, configured := internalFake(t, "ddo_extend_test")
 	first := configured()
 	start := time.Now()
 	sb, err := first.Create(t.Context(), providers.CreateSpec{Lifetime: 45 * time.Minute})
@@ -131,8 +105,28 @@ func TestExtendFromAnotherProcess(t *testing.T) {
 	}
 }
 
-// testingSkips tells whether the fake cannot run here and the test may
-// skip (never under CI).
-func testingSkips(err error) bool {
-	return errors.Is(err, fakedeno.ErrNoBubblewrap) && os.Getenv("CI") != "true"
+// internalFake serves a fake Deno expecting token for a test inside the
+// package (which cannot use the external tests' startFake), and returns it
+// with a constructor of providers configured for it, each as a new
+// process would be. Without bubblewrap the test is skipped, or fails under
+// CI.
+func internalFake(t *testing.T, token string) (*fakedeno.Running, func() *Provider) {
+	t.Helper()
+	f, err := fakedeno.Start(fakedeno.Options{Token: token}, "", "")
+	if errors.Is(err, fakedeno.ErrNoBubblewrap) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
+	return f, func() *Provider {
+		t.Helper()
+		p := New()
+		if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": token}}); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 }

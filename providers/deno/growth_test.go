@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandstep/sandstep/internal/testkit/fakedeno"
 	"github.com/sandstep/sandstep/providers"
 )
 
@@ -13,19 +12,8 @@ import (
 // what it keeps per sandbox, name, volume and slug goes when they do, and
 // lookups of slugs add nothing.
 func TestLongLivedProviderDoesNotGrow(t *testing.T) {
-	f, err := fakedeno.Start(fakedeno.Options{Token: "ddo_growth_test"}, "", "")
-	if err != nil {
-		if testingSkips(err) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p := New()
-	settings := []byte(`{"token_env":"T","console_url":"` + f.ConsoleURL + `","sandbox_url":"` + f.SandboxURL + `"}`)
-	if err := p.Configure(t.Context(), providers.Config{Settings: settings, Secrets: map[string]string{"token": "ddo_growth_test"}}); err != nil {
-		t.Fatal(err)
-	}
+	_, configured := internalFake(t, "ddo_growth_test")
+	p := configured()
 	ctx := t.Context()
 	for i := range 12 {
 		// Longer than Deno's 32 characters: carried as a hash.

@@ -21,16 +21,7 @@ func TestForwardToAProvidersURL(t *testing.T) {
 		_, _ = io.WriteString(w, "served")
 	}))
 	defer target.Close()
-	prefix := "/v1/sandboxes/sb1/ports/8000"
-	h, err := portproxy.New(target.URL, prefix, func(w http.ResponseWriter, _ *http.Request, err error) {
-		t.Errorf("forward failed: %v", err)
-		w.WriteHeader(http.StatusBadGateway)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(h)
-	defer front.Close()
+	front, prefix := proxyTo(t, target.URL)
 	req, _ := http.NewRequest("GET", front.URL+prefix+"/app/page?token=secret&x=1", nil)
 	req.Header.Set("Authorization", "Bearer sst_abc")
 	req.Header.Set("Cookie", "sandstep_port=secret")
@@ -63,16 +54,7 @@ func TestAppCookiesAndPathsPassThrough(t *testing.T) {
 		http.SetCookie(w, &http.Cookie{Name: portproxy.CookiePrefix + "sb1", Value: "forged", Path: "/"})
 	}))
 	defer target.Close()
-	prefix := "/v1/sandboxes/sb1/ports/8000"
-	h, err := portproxy.New(target.URL, prefix, func(w http.ResponseWriter, _ *http.Request, err error) {
-		t.Errorf("forward failed: %v", err)
-		w.WriteHeader(http.StatusBadGateway)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(h)
-	defer front.Close()
+	front, prefix := proxyTo(t, target.URL)
 	req, _ := http.NewRequest("GET", front.URL+prefix+"/files/a%2Fb", nil)
 	req.Header.Set("Cookie", "session=41; sandstep_sb1=urltoken; theme=dark")
 	res, err := http.DefaultClient.Do(req)
@@ -89,4 +71,22 @@ func TestAppCookiesAndPathsPassThrough(t *testing.T) {
 	if len(set) != len(want) || set[0] != want[0] || set[1] != want[1] {
 		t.Errorf("Set-Cookie %q, want %q", set, want)
 	}
+}
+
+// proxyTo serves a proxy to target under a port's prefix, as the API
+// mounts it, and returns its server and the prefix; a forward that fails
+// fails the test.
+func proxyTo(t *testing.T, target string) (*httptest.Server, string) {
+	t.Helper()
+	prefix := "/v1/sandboxes/sb1/ports/8000"
+	h, err := portproxy.New(target, prefix, func(w http.ResponseWriter, _ *http.Request, err error) {
+		t.Errorf("forward failed: %v", err)
+		w.WriteHeader(http.StatusBadGateway)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(h)
+	t.Cleanup(front.Close)
+	return front, prefix
 }
